@@ -1,0 +1,40 @@
+//! One error type for the whole crate. Messages name the file region, tensor or option at fault so
+//! that a user can act on them without a debugger.
+
+use crate::weights::gguf::GgufError;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {path}: {source}")]
+    Io { path: String, #[source] source: std::io::Error },
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("quantized data: {0}")]
+    Quant(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error("model: {0}")]
+    Model(String),
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    #[error("no usable GPU adapter: {0}")]
+    NoAdapter(String),
+    #[error("GPU: {0}")]
+    Gpu(String),
+    #[error("the GPU adapter's limits are too small: {0}")]
+    Limits(String),
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    #[error("prompt too long: {tokens} tokens plus {max_new} to generate exceed the context length {context}")]
+    ContextOverflow { tokens: usize, max_new: usize, context: usize },
+}
+
+impl Error {
+    pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+}

@@ -1,0 +1,8 @@
+//! Reading model files: byte sources, GGUF, quantized block formats and their GPU packing.
+
+pub mod source;
+pub mod gguf;
+pub mod quant;
+pub mod pack;
+
+pub use source::{ByteSource, FileSource, MemSource};

@@ -1,0 +1,110 @@
+//! A byte source is anything we can read ranges from: a file natively, an in-memory buffer, and in
+//! the browser a cached/streamed download. Loaders only ever see this trait, so there is one loader
+//! for native and web, and nothing needs the whole file in memory.
+
+use crate::error::{Error, Result};
+
+pub trait ByteSource: Send + Sync {
+    /// Total length in bytes.
+    fn len(&self) -> u64;
+    /// Fill `buf` with the bytes at `offset..offset+buf.len()`; a range past the end is an error.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// A human-readable name for error messages (a path or URL).
+    fn name(&self) -> String;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An in-memory source (tests, fuzzing, and small headers fetched by the browser).
+pub struct MemSource {
+    data: Vec<u8>,
+    name: String,
+}
+
+impl MemSource {
+    pub fn new(data: Vec<u8>, name: impl Into<String>) -> Self {
+        MemSource { data, name: name.into() }
+    }
+}
+
+impl ByteSource for MemSource {
+    fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= self.len()).ok_or_else(|| {
+            Error::io(
+                self.name.clone(),
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past end of data"),
+            )
+        })?;
+        buf.copy_from_slice(&self.data[offset as usize..end as usize]);
+        Ok(())
+    }
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+/// A file on disk, read with positioned reads (no shared cursor, so it is `Sync`).
+#[cfg(not(target_arch = "wasm32"))]
+pub struct FileSource {
+    file: std::fs::File,
+    len: u64,
+    path: String,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl FileSource {
+    pub fn open(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        let p = path.as_ref();
+        let name = p.display().to_string();
+        let file = std::fs::File::open(p).map_err(|e| Error::io(name.clone(), e))?;
+        let meta = file.metadata().map_err(|e| Error::io(name.clone(), e))?;
+        if meta.is_dir() {
+            return Err(Error::io(name, std::io::Error::other("is a directory, not a file")));
+        }
+        Ok(FileSource { file, len: meta.len(), path: name })
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl ByteSource for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            self.file.read_exact_at(buf, offset).map_err(|e| Error::io(self.path.clone(), e))
+        }
+        #[cfg(windows)]
+        {
+            use std::os::windows::fs::FileExt;
+            let mut done = 0;
+            while done < buf.len() {
+                let n = self
+                    .file
+                    .seek_read(&mut buf[done..], offset + done as u64)
+                    .map_err(|e| Error::io(self.path.clone(), e))?;
+                if n == 0 {
+                    return Err(Error::io(
+                        self.path.clone(),
+                        std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past end of file"),
+                    ));
+                }
+                done += n;
+            }
+            Ok(())
+        }
+    }
+    fn name(&self) -> String {
+        self.path.clone()
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub struct FileSource;
