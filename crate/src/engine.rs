@@ -1,1 +1,284 @@
-//! (in progress)
+//! The engine: a loaded model on a GPU with its tokenizer and chat template, and generation.
+
+use crate::chat_template::{ChatMessage, ChatTemplate};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::model::forward::{self, Buffers, Program};
+use crate::model::weights::{self, ModelWeights};
+use crate::model::ModelConfig;
+use crate::sampler::{self, Sampler, SamplingParams};
+use crate::tokenizer::Tokenizer;
+use crate::weights::gguf::GgufFile;
+use crate::weights::ByteSource;
+
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// KV cache length in tokens; default min(model's training context, 4096).
+    pub context_length: Option<usize>,
+    /// Most tokens one prefill step processes (longer prompts run in chunks).
+    pub max_batch: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { context_length: None, max_batch: 256 }
+    }
+}
+
+/// Progress of a long operation: `phase` ("read", "upload", "compile"), bytes done and total.
+pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
+
+/// The model on the GPU: weights, activations, KV cache and the two recorded programs.
+pub struct Runtime {
+    pub gpu: Gpu,
+    pub cfg: ModelConfig,
+    pub weights: ModelWeights,
+    pub bufs: Buffers,
+    decode: Program,
+    prefill: Program,
+    readback: wgpu::Buffer,
+    pub context: usize,
+    pub max_batch: usize,
+    /// Tokens currently in the KV cache.
+    pub pos: usize,
+}
+
+pub struct Engine {
+    pub rt: Runtime,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    pub source_name: String,
+}
+
+impl Engine {
+    /// Load a GGUF model from a byte source onto a fresh GPU device.
+    pub async fn load(src: &dyn ByteSource, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
+        let gguf = GgufFile::read(src)?;
+        let mut cfg = ModelConfig::from_gguf(&gguf)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let template = ChatTemplate::from_gguf(&gguf)?;
+        let gpu = Gpu::new().await?;
+        let context = match opts.context_length {
+            Some(0) => return Err(Error::InvalidOption("context length must be at least 1".into())),
+            Some(c) => c,
+            None => cfg.context_train.min(4096),
+        };
+        if opts.max_batch == 0 {
+            return Err(Error::InvalidOption("max batch must be at least 1".into()));
+        }
+        let max_batch = opts.max_batch.min(context);
+        let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
+        let weights = weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total))?;
+        let bufs = Buffers::new(&gpu, &cfg, max_batch, context)?;
+        progress("compile", 0, 2);
+        let decode = forward::build(&gpu, &cfg, &weights, &bufs, context, false)?;
+        progress("compile", 1, 2);
+        let prefill = forward::build(&gpu, &cfg, &weights, &bufs, context, true)?;
+        progress("compile", 2, 2);
+        let readback = gpu.readback_buffer("logits readback", cfg.vocab as u64 * 4);
+        gpu.check()?;
+        let rt = Runtime { gpu, cfg, weights, bufs, decode, prefill, readback, context, max_batch, pos: 0 };
+        Ok(Engine { rt, tokenizer, template, source_name: src.name() })
+    }
+
+    /// Render chat messages with the model's template (generation prompt appended) and tokenize.
+    pub fn chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let fallback;
+        let template = match &self.template {
+            Some(t) => t,
+            None => {
+                fallback = ChatTemplate::chatml()?;
+                &fallback
+            }
+        };
+        let text = template.render(messages, true)?;
+        self.tokenizer.encode(&text)
+    }
+
+    /// Tokenize a raw prompt, with BOS first when the model asks for it.
+    pub fn prompt_ids(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        if self.tokenizer.add_bos() {
+            if let Some(b) = self.tokenizer.bos_id() {
+                ids.push(b);
+            }
+        }
+        ids.extend(self.tokenizer.encode(text)?);
+        Ok(ids)
+    }
+
+    /// Generate from `prompt` (ids), starting from an empty KV cache. `on_text` receives each
+    /// piece of decoded text as it is produced and returns false to stop early.
+    pub async fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(u32, &str) -> bool,
+    ) -> Result<Generation> {
+        let mut sampler = Sampler::new(opts.sampling.clone())?;
+        let stop: Vec<u32> = opts.stop_ids.clone().unwrap_or_else(|| self.tokenizer.eos_ids());
+        self.rt.pos = 0;
+        let t0 = now_ms();
+        let mut logits = self.rt.forward(prompt).await?;
+        let t1 = now_ms();
+        let top = if opts.top_logits > 0 { sampler::top_k(&logits, opts.top_logits) } else { Vec::new() };
+        let mut history = prompt.to_vec();
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        let mut dec = self.tokenizer.stream();
+        let mut stop_reason = StopReason::Length;
+        loop {
+            if tokens.len() >= opts.max_tokens {
+                break;
+            }
+            let id = sampler.sample(&logits, &history);
+            tokens.push(id);
+            history.push(id);
+            if stop.contains(&id) {
+                stop_reason = StopReason::Stop;
+                break;
+            }
+            let piece = dec.push(id)?;
+            text.push_str(&piece);
+            if !on_text(id, &piece) {
+                stop_reason = StopReason::Cancelled;
+                break;
+            }
+            if tokens.len() >= opts.max_tokens {
+                break;
+            }
+            if self.rt.pos >= self.rt.context {
+                stop_reason = StopReason::Context;
+                break;
+            }
+            logits = self.rt.forward(&[id]).await?;
+        }
+        let tail = dec.finish();
+        if !tail.is_empty() {
+            text.push_str(&tail);
+            on_text(u32::MAX, &tail);
+        }
+        let t2 = now_ms();
+        let decode_steps = self.rt.pos.saturating_sub(prompt.len());
+        Ok(Generation {
+            prompt_ids: prompt.to_vec(),
+            tokens,
+            text,
+            top_logits: top,
+            stats: GenStats {
+                prompt_tokens: prompt.len(),
+                prefill_ms: t1 - t0,
+                decode_ms: t2 - t1,
+                prefill_tok_s: prompt.len() as f64 / ((t1 - t0) / 1e3),
+                decode_tok_s: if decode_steps > 0 { decode_steps as f64 / ((t2 - t1) / 1e3) } else { 0.0 },
+                stop_reason,
+                seed: opts.sampling.seed,
+                dispatches_per_token: self.rt.decode.dispatches(),
+            },
+        })
+    }
+}
+
+impl Runtime {
+    /// Run `ids` through the model after the tokens already cached, returning the logits of
+    /// the last one. Long inputs go through in chunks of `max_batch`.
+    pub async fn forward(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        if ids.is_empty() {
+            return Err(Error::InvalidOption("the prompt is empty: at least one token is needed".into()));
+        }
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(Error::InvalidOption(format!("token id {bad} is outside the vocabulary (size {})", self.cfg.vocab)));
+        }
+        if self.pos + ids.len() > self.context {
+            return Err(Error::ContextOverflow { tokens: self.pos + ids.len(), max_new: 0, context: self.context });
+        }
+        let chunks: Vec<&[u32]> = ids.chunks(self.max_batch).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            let n = chunk.len() as u32;
+            let gpu = &self.gpu;
+            gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(chunk));
+            gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n, self.pos as u32, 0, 0]));
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                let program = if n == 1 { &self.decode } else { &self.prefill };
+                program.record(&mut pass, n);
+            }
+            if last {
+                enc.copy_buffer_to_buffer(&self.bufs.logits, 0, &self.readback, 0, self.cfg.vocab as u64 * 4);
+            }
+            gpu.queue.submit([enc.finish()]);
+            self.pos += chunk.len();
+        }
+        let bytes = self.gpu.read_mapped(&self.readback, self.cfg.vocab as u64 * 4).await?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    pub fn decode_dispatches(&self) -> usize {
+        self.decode.dispatches()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Token ids that end generation; default: the model's EOS/EOT tokens.
+    pub stop_ids: Option<Vec<u32>>,
+    /// Report this many of the largest raw logits of the first generated position.
+    pub top_logits: usize,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions { max_tokens: 256, sampling: SamplingParams::default(), stop_ids: None, top_logits: 0 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopReason {
+    /// A stop token was generated.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The KV cache is full.
+    Context,
+    /// The caller asked to stop.
+    Cancelled,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GenStats {
+    pub prompt_tokens: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+    pub stop_reason: StopReason,
+    pub seed: u64,
+    pub dispatches_per_token: usize,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Generation {
+    pub prompt_ids: Vec<u32>,
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub top_logits: Vec<(u32, f32)>,
+    pub stats: GenStats,
+}
+
+pub fn now_ms() -> f64 {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use std::sync::OnceLock;
+        static START: OnceLock<std::time::Instant> = OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        js_sys::Date::now()
+    }
+}

@@ -1,1 +1,249 @@
-//! (in progress)
+//! Choosing the next token from logits: greedy, or temperature with top-k, top-p and min-p
+//! filtering, with an optional repetition penalty. Seeded, so the same seed gives the same text
+//! on every platform (the generator is ours, not the OS's).
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    /// 0 means greedy (argmax).
+    pub temperature: f32,
+    /// 0 means no top-k filter.
+    pub top_k: usize,
+    /// 1 means no nucleus filter.
+    pub top_p: f32,
+    /// 0 means no min-p filter.
+    pub min_p: f32,
+    /// 1 means no penalty; >1 discourages tokens already in the context (CTRL/llama.cpp style).
+    pub repetition_penalty: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0, seed: 0 }
+    }
+}
+
+impl SamplingParams {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidOption(m));
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return bad(format!("temperature must be a finite number >= 0, got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top-p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min-p must be in [0, 1], got {}", self.min_p));
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad(format!("repetition penalty must be a finite number > 0, got {}", self.repetition_penalty));
+        }
+        Ok(())
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+}
+
+/// xoshiro256** seeded through splitmix64.
+#[derive(Clone, Debug)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        let mut z = seed;
+        let mut next = || {
+            z = z.wrapping_add(0x9E3779B97F4A7C15);
+            let mut x = z;
+            x = (x ^ (x >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94D049BB133111EB);
+            x ^ (x >> 31)
+        };
+        Rng { s: [next(), next(), next(), next()] }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let r = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        r
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+pub struct Sampler {
+    pub params: SamplingParams,
+    rng: Rng,
+}
+
+/// Index of the largest value; the lowest index wins ties (as torch.argmax does).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// The `k` largest (id, value) pairs, largest first.
+pub fn top_k(v: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut idx: Vec<u32> = (0..v.len() as u32).collect();
+    let k = k.min(v.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    idx.select_nth_unstable_by(k - 1, |&a, &b| v[b as usize].total_cmp(&v[a as usize]).then(a.cmp(&b)));
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| v[b as usize].total_cmp(&v[a as usize]).then(a.cmp(&b)));
+    idx.into_iter().map(|i| (i, v[i as usize])).collect()
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Result<Sampler> {
+        params.validate()?;
+        let rng = Rng::new(params.seed);
+        Ok(Sampler { params, rng })
+    }
+
+    /// Pick the next token. `history` is the context so far (prompt and generated tokens).
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let p = &self.params;
+        let mut l = logits.to_vec();
+        if p.repetition_penalty != 1.0 {
+            let mut seen = std::collections::HashSet::new();
+            for &t in history {
+                if let Some(x) = l.get_mut(t as usize) {
+                    if seen.insert(t) {
+                        *x = if *x > 0.0 { *x / p.repetition_penalty } else { *x * p.repetition_penalty };
+                    }
+                }
+            }
+        }
+        if p.is_greedy() {
+            return argmax(&l) as u32;
+        }
+        let k = if p.top_k == 0 { l.len() } else { p.top_k.min(l.len()) };
+        // Candidates sorted by logit, largest first; top-k cuts the list.
+        let mut cand = top_k(&l, k);
+        let max = cand[0].1;
+        let mut probs: Vec<f64> = cand.iter().map(|&(_, x)| (((x - max) / p.temperature) as f64).exp()).collect();
+        let sum: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|x| *x /= sum);
+        let mut keep = probs.len();
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, &q) in probs.iter().enumerate() {
+                acc += q;
+                if acc >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if p.min_p > 0.0 {
+            let floor = probs[0] * p.min_p as f64;
+            keep = keep.min(probs.iter().take_while(|&&q| q >= floor).count().max(1));
+        }
+        cand.truncate(keep);
+        probs.truncate(keep);
+        let total: f64 = probs.iter().sum();
+        let mut r = self.rng.next_f64() * total;
+        for (i, &q) in probs.iter().enumerate() {
+            if r < q {
+                return cand[i].0;
+            }
+            r -= q;
+        }
+        cand[keep - 1].0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_and_ties() {
+        let mut s = Sampler::new(SamplingParams::default()).unwrap();
+        assert_eq!(s.sample(&[0.0, 3.0, 3.0, 1.0], &[]), 1);
+    }
+
+    #[test]
+    fn same_seed_same_choices() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        let p = SamplingParams { temperature: 1.0, top_k: 40, top_p: 0.95, min_p: 0.01, seed: 7, ..Default::default() };
+        let mut a = Sampler::new(p.clone()).unwrap();
+        let mut b = Sampler::new(p).unwrap();
+        let x: Vec<u32> = (0..50).map(|_| a.sample(&logits, &[])).collect();
+        let y: Vec<u32> = (0..50).map(|_| b.sample(&logits, &[])).collect();
+        assert_eq!(x, y);
+        assert!(x.iter().any(|&t| t != x[0]), "sampling at temperature 1 should vary");
+    }
+
+    #[test]
+    fn top_k_one_is_greedy() {
+        let logits = [0.5f32, 2.0, 1.0];
+        let p = SamplingParams { temperature: 1.5, top_k: 1, seed: 3, ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        for _ in 0..20 {
+            assert_eq!(s.sample(&logits, &[]), 1);
+        }
+    }
+
+    #[test]
+    fn min_p_and_top_p_cut_the_tail() {
+        let logits = [10.0f32, 9.9, 0.0, -5.0];
+        for p in [
+            SamplingParams { temperature: 1.0, min_p: 0.5, seed: 1, ..Default::default() },
+            SamplingParams { temperature: 1.0, top_p: 0.9, seed: 1, ..Default::default() },
+        ] {
+            let mut s = Sampler::new(p).unwrap();
+            for _ in 0..200 {
+                assert!(s.sample(&logits, &[]) < 2);
+            }
+        }
+    }
+
+    #[test]
+    fn repetition_penalty_moves_greedy_choice() {
+        let logits = [2.0f32, 1.9];
+        let p = SamplingParams { repetition_penalty: 1.5, ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        assert_eq!(s.sample(&logits, &[0]), 1);
+    }
+
+    #[test]
+    fn bad_params_are_refused() {
+        for p in [
+            SamplingParams { temperature: -1.0, ..Default::default() },
+            SamplingParams { temperature: f32::NAN, ..Default::default() },
+            SamplingParams { top_p: 0.0, ..Default::default() },
+            SamplingParams { min_p: 2.0, ..Default::default() },
+            SamplingParams { repetition_penalty: 0.0, ..Default::default() },
+        ] {
+            assert!(matches!(Sampler::new(p), Err(Error::InvalidOption(_))));
+        }
+    }
+
+    #[test]
+    fn top_k_order() {
+        assert_eq!(top_k(&[1.0, 5.0, 3.0, 5.0], 3), vec![(1, 5.0), (3, 5.0), (2, 3.0)]);
+    }
+}

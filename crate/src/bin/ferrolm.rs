@@ -1,1 +1,317 @@
-fn main() {}
+//! The ferrolm command line: generate, chat, tokenize, inspect.
+//! Errors go to stderr with a non-zero exit status; `--json` output is one object on the last line.
+
+use clap::{Args, Parser, Subcommand};
+use ferrolm::chat_template::ChatMessage;
+use ferrolm::engine::{Engine, GenerateOptions, LoadOptions};
+use ferrolm::gpu::block_on;
+use ferrolm::sampler::SamplingParams;
+use ferrolm::weights::gguf::{GgufFile, Value};
+use ferrolm::weights::FileSource;
+use ferrolm::{Error, Result};
+use std::io::{BufRead, Write};
+
+#[derive(Parser)]
+#[command(name = "ferrolm", version, about = "LLM inference on WebGPU/Vulkan with hand-written WGSL kernels")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate text from a prompt, a chat message or token ids.
+    Generate(GenerateArgs),
+    /// Interactive chat (reads lines from stdin).
+    Chat(ChatArgs),
+    /// Tokenize text like HF `tokenizer(text, add_special_tokens=False)`.
+    Tokenize {
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        text: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a model file's metadata and tensor table.
+    Inspect {
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// Path to a GGUF file.
+    #[arg(long)]
+    model: String,
+    /// KV cache length in tokens (default: min(training context, 4096)).
+    #[arg(long)]
+    context: Option<usize>,
+}
+
+#[derive(Args)]
+struct SamplingArgs {
+    /// 0 = greedy.
+    #[arg(long)]
+    temperature: Option<f32>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long)]
+    min_p: Option<f32>,
+    #[arg(long, alias = "repeat-penalty")]
+    repetition_penalty: Option<f32>,
+    /// Random seed (default: from the clock); the same seed gives the same output.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    fn params(&self, default: SamplingParams) -> SamplingParams {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+        });
+        SamplingParams {
+            temperature: self.temperature.unwrap_or(default.temperature),
+            top_k: self.top_k.unwrap_or(default.top_k),
+            top_p: self.top_p.unwrap_or(default.top_p),
+            min_p: self.min_p.unwrap_or(default.min_p),
+            repetition_penalty: self.repetition_penalty.unwrap_or(default.repetition_penalty),
+            seed,
+        }
+    }
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Raw text (BOS only if the model says add_bos).
+    #[arg(long, group = "input")]
+    prompt: Option<String>,
+    /// A user message, formatted with the model's chat template.
+    #[arg(long, group = "input")]
+    chat: Option<String>,
+    /// Exactly these token ids, comma-separated.
+    #[arg(long, group = "input")]
+    prompt_ids: Option<String>,
+    /// System message for --chat.
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Report the K largest raw logits of the first generated position.
+    #[arg(long, default_value_t = 0)]
+    top_logits: usize,
+    /// Print one JSON object (last line of stdout) instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(long, default_value_t = 512)]
+    max_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Generate(a) => generate(a),
+        Cmd::Chat(a) => chat(a),
+        Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
+        Cmd::Inspect { model, json } => inspect(&model, json),
+    };
+    if let Err(e) = res {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn load(m: &ModelArgs, quiet: bool) -> Result<Engine> {
+    let src = FileSource::open(&m.model)?;
+    let opts = LoadOptions { context_length: m.context, ..Default::default() };
+    let mut last = 0u64;
+    let mut progress = |phase: &str, done: u64, total: u64| {
+        if !quiet && phase == "upload" && (done - last > 32 << 20 || done == total) {
+            last = done;
+            eprint!("\rloading {}: {} / {} MiB", m.model, done >> 20, total >> 20);
+            if done == total {
+                eprintln!();
+            }
+        }
+    };
+    block_on(Engine::load(&src, &opts, &mut progress))
+}
+
+fn parse_ids(s: &str) -> Result<Vec<u32>> {
+    s.split(',')
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u32>().map_err(|_| Error::InvalidOption(format!("--prompt-ids: {p:?} is not a token id"))))
+        .collect()
+}
+
+fn generate(a: GenerateArgs) -> Result<()> {
+    let sampling = a.sampling.params(SamplingParams::default());
+    sampling.validate()?;
+    let ids_arg = a.prompt_ids.as_deref().map(parse_ids).transpose()?;
+    if a.prompt.is_none() && a.chat.is_none() && ids_arg.is_none() {
+        return Err(Error::InvalidOption("give one of --prompt, --chat or --prompt-ids".into()));
+    }
+    let mut engine = load(&a.model, a.json)?;
+    let prompt = if let Some(ids) = ids_arg {
+        ids
+    } else if let Some(text) = &a.prompt {
+        engine.prompt_ids(text)?
+    } else {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage { role: "system".into(), content: s.clone() });
+        }
+        msgs.push(ChatMessage { role: "user".into(), content: a.chat.clone().unwrap_or_default() });
+        engine.chat_ids(&msgs)?
+    };
+    let opts = GenerateOptions { max_tokens: a.max_tokens, sampling, stop_ids: None, top_logits: a.top_logits };
+    let json = a.json;
+    let mut out = std::io::stdout();
+    let gen = block_on(engine.generate(&prompt, &opts, &mut |_, piece| {
+        if !json {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        }
+        true
+    }))?;
+    if json {
+        let mut v = serde_json::json!({
+            "prompt_ids": gen.prompt_ids,
+            "tokens": gen.tokens,
+            "text": gen.text,
+            "stats": gen.stats,
+        });
+        if a.top_logits > 0 {
+            v["top_logits"] = serde_json::json!(gen.top_logits.iter().map(|&(i, l)| serde_json::json!([i, l])).collect::<Vec<_>>());
+        }
+        v["stats"]["adapter"] = serde_json::json!(engine.rt.gpu.summary);
+        println!("{v}");
+    } else {
+        println!();
+        eprintln!(
+            "[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s; stop: {:?}]",
+            gen.stats.prompt_tokens,
+            gen.stats.prefill_tok_s,
+            gen.tokens.len(),
+            gen.stats.decode_tok_s,
+            gen.stats.stop_reason
+        );
+    }
+    Ok(())
+}
+
+fn chat(a: ChatArgs) -> Result<()> {
+    let defaults = SamplingParams { temperature: 0.7, top_p: 0.9, repetition_penalty: 1.1, ..Default::default() };
+    let sampling = a.sampling.params(defaults);
+    sampling.validate()?;
+    let mut engine = load(&a.model, false)?;
+    let mut msgs = Vec::new();
+    if let Some(s) = &a.system {
+        msgs.push(ChatMessage { role: "system".into(), content: s.clone() });
+    }
+    eprintln!("chatting with {} on {} (empty line or Ctrl-D to quit)", a.model.model, engine.rt.gpu.summary.name);
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line).map_err(|e| Error::io("stdin", e))? == 0 || line.trim().is_empty() {
+            return Ok(());
+        }
+        msgs.push(ChatMessage { role: "user".into(), content: line.trim_end().to_string() });
+        let ids = engine.chat_ids(&msgs)?;
+        let room = engine.rt.context.saturating_sub(ids.len());
+        if room == 0 {
+            return Err(Error::ContextOverflow { tokens: ids.len(), max_new: a.max_tokens, context: engine.rt.context });
+        }
+        let opts = GenerateOptions { max_tokens: a.max_tokens.min(room), sampling: sampling.clone(), ..Default::default() };
+        let mut out = std::io::stdout();
+        let gen = block_on(engine.generate(&ids, &opts, &mut |_, piece| {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+            true
+        }))?;
+        println!();
+        msgs.push(ChatMessage { role: "assistant".into(), content: gen.text.trim().to_string() });
+    }
+}
+
+fn tokenize(model: &str, text: &str, json: bool) -> Result<()> {
+    let src = FileSource::open(model)?;
+    let gguf = GgufFile::read(&src)?;
+    let tok = ferrolm::tokenizer::Tokenizer::from_gguf(&gguf)?;
+    let ids = tok.encode(text)?;
+    if json {
+        println!("{}", serde_json::json!({ "ids": ids }));
+    } else {
+        println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
+    }
+    Ok(())
+}
+
+fn short(v: &Value) -> String {
+    match v {
+        Value::String(s) if s.chars().count() > 80 => format!("{:?}… ({} bytes)", s.chars().take(80).collect::<String>(), s.len()),
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(a) if a.len() > 8 => format!("[{} items: {}, …]", a.len(), a.iter().take(4).map(short).collect::<Vec<_>>().join(", ")),
+        Value::Array(a) => format!("[{}]", a.iter().map(short).collect::<Vec<_>>().join(", ")),
+        Value::F32(x) => format!("{x}"),
+        Value::F64(x) => format!("{x}"),
+        Value::Bool(b) => format!("{b}"),
+        other => other.as_i64().map(|i| i.to_string()).unwrap_or_else(|| format!("{other:?}")),
+    }
+}
+
+fn inspect(model: &str, json: bool) -> Result<()> {
+    let src = FileSource::open(model)?;
+    let g = GgufFile::read(&src)?;
+    let cfg = ferrolm::model::ModelConfig::from_gguf(&g);
+    if json {
+        let meta: serde_json::Map<String, serde_json::Value> =
+            g.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(short(v)))).collect();
+        let tensors: Vec<_> = g
+            .tensors
+            .iter()
+            .map(|t| serde_json::json!({"name": t.name, "type": t.ty.name(), "dims": t.dims, "offset": t.offset, "bytes": t.n_bytes}))
+            .collect();
+        let cfg = match &cfg {
+            Ok(c) => serde_json::json!(c),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        println!("{}", serde_json::json!({"version": g.version, "alignment": g.alignment, "metadata": meta, "tensors": tensors, "config": cfg}));
+        return Ok(());
+    }
+    println!("{model}: GGUF v{}, {} metadata keys, {} tensors, data at byte {}", g.version, g.metadata.len(), g.tensors.len(), g.data_offset);
+    for (k, v) in &g.metadata {
+        println!("  {k} = {}", short(v));
+    }
+    match cfg {
+        Ok(c) => println!("config: {c:?}"),
+        Err(e) => println!("config: not runnable: {e}"),
+    }
+    let total: u64 = g.tensors.iter().map(|t| t.n_bytes).sum();
+    println!("tensors ({} MiB):", total >> 20);
+    for t in &g.tensors {
+        println!("  {:<40} {:<5} {:?}", t.name, t.ty.name(), t.dims);
+    }
+    Ok(())
+}

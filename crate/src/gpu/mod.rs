@@ -1,1 +1,242 @@
-//! (in progress)
+//! The GPU context: adapter and device selection with the adapter's own limits, buffers,
+//! the pipeline cache, error capture and readback.
+
+mod oneshot;
+pub mod pipelines;
+
+use crate::error::{Error, Result};
+use std::sync::{Arc, Mutex};
+pub use pipelines::{Kernel, Pipeline, Pipelines};
+
+/// What the engine learned about the adapter; reported by `inspect`, `bench` and the web API.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub max_buffer_size: u64,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_workgroup_storage_size: u32,
+    pub shader_f16: bool,
+    pub subgroups: bool,
+    pub timestamps: bool,
+}
+
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub summary: AdapterSummary,
+    pub limits: wgpu::Limits,
+    pub pipelines: Pipelines,
+    /// First uncaptured device error (validation, out of memory) or device loss, if any.
+    error: Arc<Mutex<Option<String>>>,
+}
+
+/// The least we need; checked up front so a weak adapter fails with a clear message.
+const MIN_WORKGROUP_STORAGE: u32 = 16 * 1024;
+const MIN_INVOCATIONS: u32 = 256;
+
+impl Gpu {
+    /// Pick an adapter (high performance first) and open a device with the adapter's limits.
+    /// Natively `WGPU_BACKEND` (e.g. `vulkan`) and `WGPU_ADAPTER_NAME` narrow the choice.
+    pub async fn new() -> Result<Gpu> {
+        #[cfg(not(target_arch = "wasm32"))]
+        let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+        #[cfg(target_arch = "wasm32")]
+        let backends = wgpu::Backends::BROWSER_WEBGPU;
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        let instance = wgpu::Instance::new(desc);
+        #[cfg(not(target_arch = "wasm32"))]
+        let adapter = match std::env::var("WGPU_ADAPTER_NAME") {
+            Ok(want) => {
+                let want = want.to_lowercase();
+                let all = instance.enumerate_adapters(backends).await;
+                let names: Vec<String> = all.iter().map(|a| a.get_info().name).collect();
+                all.into_iter()
+                    .find(|a| a.get_info().name.to_lowercase().contains(&want))
+                    .ok_or_else(|| Error::NoAdapter(format!("no adapter matches WGPU_ADAPTER_NAME={want:?}; found {names:?}")))?
+            }
+            Err(_) => Self::request(&instance).await?,
+        };
+        #[cfg(target_arch = "wasm32")]
+        let adapter = Self::request(&instance).await?;
+
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let features = adapter.features();
+        if limits.max_compute_workgroup_storage_size < MIN_WORKGROUP_STORAGE
+            || limits.max_compute_invocations_per_workgroup < MIN_INVOCATIONS
+        {
+            return Err(Error::Limits(format!(
+                "{} offers {} bytes of workgroup memory and {} invocations per workgroup; ferrolm needs {} and {}",
+                info.name,
+                limits.max_compute_workgroup_storage_size,
+                limits.max_compute_invocations_per_workgroup,
+                MIN_WORKGROUP_STORAGE,
+                MIN_INVOCATIONS
+            )));
+        }
+        let wanted = features & wgpu::Features::TIMESTAMP_QUERY;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("ferrolm"),
+                required_features: wanted,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| Error::NoAdapter(format!("{}: cannot open a device: {e}", info.name)))?;
+
+        let error = Arc::new(Mutex::new(None::<String>));
+        let slot = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if s.is_none() {
+                *s = Some(e.to_string());
+            }
+        }));
+        let slot = error.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if s.is_none() {
+                *s = Some(format!("device lost ({reason:?}): {msg}"));
+            }
+        });
+
+        let summary = AdapterSummary {
+            name: info.name.clone(),
+            backend: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+            max_buffer_size: limits.max_buffer_size,
+            max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size as u64,
+            max_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            timestamps: wanted.contains(wgpu::Features::TIMESTAMP_QUERY),
+        };
+        let pipelines = Pipelines::new(&device);
+        Ok(Gpu { device, queue, summary, limits, pipelines, error })
+    }
+
+    async fn request(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
+        instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| Error::NoAdapter(format!("{e} (is a Vulkan driver installed? for CPU-only machines: mesa-vulkan-drivers)")))
+    }
+
+    /// Fail with the first device error recorded since the device was made.
+    pub fn check(&self) -> Result<()> {
+        match self.error.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            Some(e) => Err(Error::Gpu(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// A storage buffer of `size` bytes (rounded up to 16 so vec4 views are whole), zeroed.
+    pub fn buffer(&self, label: &str, size: u64) -> Result<wgpu::Buffer> {
+        let size = size.max(16).div_ceil(16) * 16;
+        if size > self.limits.max_buffer_size {
+            return Err(Error::Limits(format!(
+                "buffer {label:?} needs {size} bytes; the adapter allows {} per buffer",
+                self.limits.max_buffer_size
+            )));
+        }
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// A storage buffer holding `data` (padded with zeros to a multiple of 16 bytes).
+    pub fn buffer_init(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {
+        let buf = self.buffer(label, data.len() as u64)?;
+        let whole = data.len() / 4 * 4;
+        if whole > 0 {
+            self.queue.write_buffer(&buf, 0, &data[..whole]);
+        }
+        if whole < data.len() {
+            let mut tail = [0u8; 4];
+            tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+            self.queue.write_buffer(&buf, whole as u64, &tail);
+        }
+        Ok(buf)
+    }
+
+    pub fn uniform(&self, label: &str, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    pub fn readback_buffer(&self, label: &str, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size.div_ceil(4) * 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Wait for `buf` (a MAP_READ buffer the caller already copied into) and return its bytes.
+    pub async fn read_mapped(&self, buf: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+        let (tx, rx) = oneshot::channel();
+        buf.map_async(wgpu::MapMode::Read, ..size, move |r| tx.send(r));
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        let res = rx.await;
+        self.check()?;
+        match res {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(Error::Gpu(format!("reading back results: {e}"))),
+            None => return Err(Error::Gpu("reading back results: the map request was dropped".into())),
+        }
+        let out = {
+            let view = buf
+                .get_mapped_range(..size)
+                .map_err(|e| Error::Gpu(format!("reading back results: {e}")))?;
+            view.to_vec()
+        };
+        buf.unmap();
+        Ok(out)
+    }
+
+    /// Copy `size` bytes of a storage buffer to the CPU (tests and debugging; not the hot path).
+    pub async fn read_buffer(&self, src: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+        let staging = self.readback_buffer("readback", size);
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(src, 0, &staging, 0, size.div_ceil(4) * 4);
+        self.queue.submit([enc.finish()]);
+        let mut v = self.read_mapped(&staging, size.div_ceil(4) * 4).await?;
+        v.truncate(size as usize);
+        Ok(v)
+    }
+
+    pub async fn read_f32(&self, src: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
+        let bytes = self.read_buffer(src, n as u64 * 4).await?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+}
+
+/// Block on a future natively (the CLI, tests and benches are synchronous).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    pollster::block_on(f)
+}

@@ -1,1 +1,7 @@
-//! (in progress)
+//! Model description (config), weights on the GPU, and the forward pass.
+
+pub mod config;
+pub mod forward;
+pub mod weights;
+
+pub use config::ModelConfig;

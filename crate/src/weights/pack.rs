@@ -31,3 +31,9 @@ pub struct Packed {
     /// Interleaved (scale, offset) per block; empty for float layouts.
     pub meta: Vec<f32>,
 }
+
+/// TEMPORARY (the real packer lands from the `quant` branch): F32 only.
+pub fn pack(ty: super::quant::GgmlType, rows: usize, cols: usize, raw: &[u8]) -> crate::Result<Packed> {
+    assert_eq!(ty, super::quant::GgmlType::F32);
+    Ok(Packed { layout: Layout::F32, rows, cols, words: bytemuck::pod_collect_to_vec(raw), meta: vec![] })
+}

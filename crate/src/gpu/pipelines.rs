@@ -1,0 +1,155 @@
+//! One WGSL file per kernel role (shaders/), embedded at build time, specialised with WGSL
+//! `override` constants, and cached by (kernel, constants) so each variant compiles once.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+const WEIGHTS: &str = include_str!("../../../shaders/weights.wgsl");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    MatVec,
+    MatMul,
+    Embed,
+    RmsNorm,
+    RopeKv,
+    Attention,
+    FfnAct,
+}
+
+#[derive(Clone, Copy)]
+enum Slot {
+    Read,
+    ReadWrite,
+    Uniform,
+}
+
+impl Kernel {
+    fn source(self) -> (&'static str, bool) {
+        match self {
+            Kernel::MatVec => (include_str!("../../../shaders/matvec.wgsl"), true),
+            Kernel::MatMul => (include_str!("../../../shaders/matmul.wgsl"), true),
+            Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true),
+            Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false),
+            Kernel::RopeKv => (include_str!("../../../shaders/rope_kv.wgsl"), false),
+            Kernel::Attention => (include_str!("../../../shaders/attention.wgsl"), false),
+            Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false),
+        }
+    }
+
+    /// Binding slots in order of binding number (gaps allowed: `None`).
+    fn slots(self) -> &'static [Option<Slot>] {
+        use Slot::*;
+        match self {
+            Kernel::MatVec | Kernel::MatMul => {
+                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform)]
+            }
+            Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), None, None, Some(Uniform)],
+            Kernel::RopeKv => &[
+                Some(ReadWrite),
+                Some(ReadWrite),
+                Some(Read),
+                Some(ReadWrite),
+                Some(ReadWrite),
+                Some(Uniform),
+                Some(Read),
+            ],
+            Kernel::Attention => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::FfnAct => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
+        }
+    }
+}
+
+pub struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: Rc<wgpu::BindGroupLayout>,
+    pub kernel: Kernel,
+}
+
+/// Compiled pipelines. Single-threaded by design (the engine drives one device from one thread,
+/// and on the web everything is one thread anyway).
+pub struct Pipelines {
+    layouts: RefCell<HashMap<Kernel, (Rc<wgpu::BindGroupLayout>, wgpu::PipelineLayout)>>,
+    modules: RefCell<HashMap<Kernel, wgpu::ShaderModule>>,
+    cache: RefCell<HashMap<String, Rc<Pipeline>>>,
+}
+
+impl Pipelines {
+    pub fn new(_device: &wgpu::Device) -> Self {
+        Pipelines { layouts: Default::default(), modules: Default::default(), cache: Default::default() }
+    }
+
+    pub fn count(&self) -> usize {
+        self.cache.borrow().len()
+    }
+
+    fn layout(&self, device: &wgpu::Device, k: Kernel) -> (Rc<wgpu::BindGroupLayout>, wgpu::PipelineLayout) {
+        if let Some((b, p)) = self.layouts.borrow().get(&k) {
+            return (b.clone(), p.clone());
+        }
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = k
+            .slots()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let ty = match (*s)? {
+                    Slot::Read => wgpu::BufferBindingType::Storage { read_only: true },
+                    Slot::ReadWrite => wgpu::BufferBindingType::Storage { read_only: false },
+                    Slot::Uniform => wgpu::BufferBindingType::Uniform,
+                };
+                Some(wgpu::BindGroupLayoutEntry {
+                    binding: i as u32,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
+                    count: None,
+                })
+            })
+            .collect();
+        let bgl = Rc::new(device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(&format!("{k:?}")),
+            entries: &entries,
+        }));
+        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(&format!("{k:?}")),
+            bind_group_layouts: &[Some(&bgl)],
+            immediate_size: 0,
+        });
+        self.layouts.borrow_mut().insert(k, (bgl.clone(), pl.clone()));
+        (bgl, pl)
+    }
+
+    /// The pipeline for `k` with these override constants, compiled on first use.
+    pub fn get(&self, device: &wgpu::Device, k: Kernel, constants: &[(&str, f64)]) -> Rc<Pipeline> {
+        let key = format!("{k:?}{constants:?}");
+        if let Some(p) = self.cache.borrow().get(&key) {
+            return p.clone();
+        }
+        let (bgl, pl) = self.layout(device, k);
+        let module = self
+            .modules
+            .borrow_mut()
+            .entry(k)
+            .or_insert_with(|| {
+                let (src, needs_weights) = k.source();
+                let code = if needs_weights { format!("{WEIGHTS}\n{src}") } else { src.to_string() };
+                device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(&format!("{k:?}")),
+                    source: wgpu::ShaderSource::Wgsl(code.into()),
+                })
+            })
+            .clone();
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&key),
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: wgpu::PipelineCompilationOptions { constants, zero_initialize_workgroup_memory: false },
+            cache: None,
+        });
+        let p = Rc::new(Pipeline { pipeline, layout: bgl, kernel: k });
+        self.cache.borrow_mut().insert(key, p.clone());
+        p
+    }
+}

@@ -1,0 +1,109 @@
+// Causal grouped-query attention over the KV cache, one workgroup per (query head, token).
+// Keys are visited in chunks of 64 with an online softmax (running max and sum), so the
+// context length is bounded only by the cache, not by workgroup memory.
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    _p0: u32,
+    _p1: u32,
+}
+
+override HD: u32;
+override NH: u32;
+override NKV: u32;
+override CTX: u32;
+override SCALE: f32;
+override SOFTCAP: f32 = 0.0;   // 0: off; else scores = SOFTCAP * tanh(scores / SOFTCAP)
+override WINDOW: u32 = 0u;     // 0: full causal; else only the last WINDOW positions
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> v_cache: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<uniform> step: Step;
+
+const CH: u32 = 64u;
+
+var<workgroup> q_sh: array<vec4<f32>, 64>;   // HD <= 256
+var<workgroup> p_sh: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let h = wg.x;
+    let t = wg.y;
+    if (t >= step.n_tokens) {
+        return;
+    }
+    let kvh = h / (NH / NKV);
+    let pos = step.pos0 + t;
+    let end = pos + 1u;
+    var start = 0u;
+    if (WINDOW > 0u && end > WINDOW) {
+        start = end - WINDOW;
+    }
+    let qbase = (t * NH + h) * HD;
+    if (tid < HD / 4u) {
+        let i = qbase + 4u * tid;
+        q_sh[tid] = vec4<f32>(q[i], q[i + 1u], q[i + 2u], q[i + 3u]) * SCALE;
+    }
+    workgroupBarrier();
+
+    let words = HD / 2u;           // packed f16 pairs per cache row
+    let kv_row0 = kvh * CTX;
+    var m = -3.0e38;
+    var l = 0.0;
+    var acc0 = vec2<f32>(0.0);     // dims (2 tid, 2 tid + 1)
+    var acc1 = vec2<f32>(0.0);     // dims (2 (tid + 64), ...) when HD > 128
+    for (var c = start; c < end; c += CH) {
+        let j = c + tid;
+        var s = -3.0e38;
+        if (j < end) {
+            let kb = (kv_row0 + j) * (words / 4u);
+            var d = 0.0;
+            for (var i = 0u; i < words / 4u; i++) {
+                let kw = k_cache[kb + i];
+                let k0 = vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y));
+                let k1 = vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w));
+                d += dot(q_sh[2u * i], k0) + dot(q_sh[2u * i + 1u], k1);
+            }
+            if (SOFTCAP > 0.0) {
+                d = SOFTCAP * tanh(d / SOFTCAP);
+            }
+            s = d;
+        }
+        p_sh[tid] = s;
+        workgroupBarrier();
+        let n = min(CH, end - c);
+        var cmax = m;
+        for (var i = 0u; i < n; i++) {
+            cmax = max(cmax, p_sh[i]);
+        }
+        let corr = exp(m - cmax);
+        l *= corr;
+        acc0 *= corr;
+        acc1 *= corr;
+        m = cmax;
+        for (var i = 0u; i < n; i++) {
+            let p = exp(p_sh[i] - m);
+            l += p;
+            let vb = (kv_row0 + c + i) * words;
+            if (tid < words) {
+                acc0 += p * unpack2x16float(v_cache[vb + tid]);
+            }
+            if (tid + 64u < words) {
+                acc1 += p * unpack2x16float(v_cache[vb + tid + 64u]);
+            }
+        }
+        workgroupBarrier();
+    }
+    let inv = 1.0 / l;
+    if (tid < words) {
+        out[qbase + 2u * tid] = acc0.x * inv;
+        out[qbase + 2u * tid + 1u] = acc0.y * inv;
+    }
+    if (tid + 64u < words) {
+        out[qbase + 2u * (tid + 64u)] = acc1.x * inv;
+        out[qbase + 2u * (tid + 64u) + 1u] = acc1.y * inv;
+    }
+}

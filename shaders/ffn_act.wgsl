@@ -1,0 +1,32 @@
+// h = act(gate) * up, elementwise over [n_tokens, F]: SiLU (Llama, Qwen, Phi-3) or
+// GELU with the tanh approximation (Gemma).
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    _p0: u32,
+    _p1: u32,
+}
+
+override F: u32;
+override GELU: bool = false;
+
+@group(0) @binding(0) var<storage, read_write> gate: array<f32>;
+@group(0) @binding(1) var<storage, read> up: array<f32>;
+@group(0) @binding(5) var<uniform> step: Step;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= step.n_tokens * F) {
+        return;
+    }
+    let g = gate[i];
+    var a: f32;
+    if (GELU) {
+        a = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+    } else {
+        a = g / (1.0 + exp(-g));
+    }
+    gate[i] = a * up[i];
+}

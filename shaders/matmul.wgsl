@@ -1,0 +1,100 @@
+// C[m, n] (+)= sum_k A[m, k] * W[n, k] (+ bias[n]) for many activation rows (prefill).
+// 64x64 output tile per workgroup, 4x4 per thread, K in steps of 32 staged through workgroup
+// memory (16 KiB in all: the portable limit).
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    _p0: u32,
+    _p1: u32,
+}
+
+override K: u32;
+override N: u32;
+override ACCUMULATE: bool = false;
+override HAS_BIAS: bool = false;
+
+const BM: u32 = 64u;
+const BN: u32 = 64u;
+const BK: u32 = 32u;
+
+@group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(5) var<uniform> step: Step;
+
+var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]
+var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BN][BK / 4]
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let M = step.n_tokens;
+    let m0 = wg.y * BM;
+    let n0 = wg.x * BN;
+    let tx = lid3.x;
+    let ty = lid3.y;
+    var acc: array<vec4<f32>, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        acc[i] = vec4<f32>(0.0);
+    }
+    for (var k0 = 0u; k0 < K; k0 += BK) {
+        // One load8 of W per thread: row lid / 4, eight k's at (lid % 4) * 8.
+        {
+            let r = lid / 4u;
+            let kk = (lid % 4u) * 8u;
+            var w: W8;
+            if (n0 + r < N && k0 + kk < K) {
+                w = load8((n0 + r) * K + k0 + kk);
+            } else {
+                w.lo = vec4<f32>(0.0);
+                w.hi = vec4<f32>(0.0);
+            }
+            w_sh[r * 8u + kk / 4u] = w.lo;
+            w_sh[r * 8u + kk / 4u + 1u] = w.hi;
+        }
+        for (var i = lid; i < 512u; i += 256u) {
+            let r = i / 8u;
+            let kq = i % 8u;
+            var v = vec4<f32>(0.0);
+            if (m0 + r < M && k0 + kq * 4u < K) {
+                v = a[((m0 + r) * K + k0) / 4u + kq];
+            }
+            a_sh[i] = v;
+        }
+        workgroupBarrier();
+        for (var kq = 0u; kq < BK / 4u; kq++) {
+            var av: array<vec4<f32>, 4>;
+            var wv: array<vec4<f32>, 4>;
+            for (var i = 0u; i < 4u; i++) {
+                av[i] = a_sh[(ty * 4u + i) * 8u + kq];
+                wv[i] = w_sh[(tx * 4u + i) * 8u + kq];
+            }
+            for (var i = 0u; i < 4u; i++) {
+                acc[i] += vec4<f32>(dot(av[i], wv[0]), dot(av[i], wv[1]), dot(av[i], wv[2]), dot(av[i], wv[3]));
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let m = m0 + ty * 4u + i;
+        if (m >= M) {
+            continue;
+        }
+        for (var j = 0u; j < 4u; j++) {
+            let n = n0 + tx * 4u + j;
+            if (n >= N) {
+                continue;
+            }
+            var v = acc[i][j];
+            if (HAS_BIAS) {
+                v += bias[n];
+            }
+            let o = m * N + n;
+            if (ACCUMULATE) {
+                v += c[o];
+            }
+            c[o] = v;
+        }
+    }
+}

@@ -1,0 +1,50 @@
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * (w + W_OFFSET), one workgroup per row.
+// LAST_ONLY normalizes just the last token's row (the LM head needs nothing else).
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    _p0: u32,
+    _p1: u32,
+}
+
+override H: u32;
+override EPS: f32;
+override W_OFFSET: f32 = 0.0;
+override LAST_ONLY: bool = false;
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> step: Step;
+
+var<workgroup> partial: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    var row = wg.x;
+    var out_row = wg.x;
+    if (LAST_ONLY) {
+        row = step.n_tokens - 1u;
+        out_row = 0u;
+    } else if (row >= step.n_tokens) {
+        return;
+    }
+    var ss = 0.0;
+    for (var i = lid; i < H; i += 256u) {
+        let v = x[row * H + i];
+        ss += v * v;
+    }
+    partial[lid] = ss;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let inv = 1.0 / sqrt(partial[0] / f32(H) + EPS);
+    for (var i = lid; i < H; i += 256u) {
+        y[out_row * H + i] = x[row * H + i] * inv * (w[i] + W_OFFSET);
+    }
+}

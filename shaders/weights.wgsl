@@ -1,0 +1,75 @@
+// Shared weight access, prepended to every kernel that reads a weight matrix.
+// Layouts are documented in crate/src/weights/pack.rs. For every layout, element e of the
+// row-major matrix lives in word e / (32 / bits) and its block's (scale, offset) in
+// w_meta[2 * (e / QBLOCK)], so addressing needs no per-layout row strides.
+
+const LAYOUT_F32: u32 = 0u;
+const LAYOUT_F16: u32 = 1u;
+const LAYOUT_BF16: u32 = 2u;
+const LAYOUT_Q4: u32 = 3u;
+const LAYOUT_Q8: u32 = 4u;
+
+override LAYOUT: u32 = 0u;
+override QBLOCK: u32 = 32u;
+
+@group(0) @binding(0) var<storage, read> w_words: array<u32>;
+@group(0) @binding(1) var<storage, read> w_meta: array<f32>;
+
+struct W8 {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+fn unpack_bf16x2(w: u32) -> vec2<f32> {
+    return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u));
+}
+
+fn nib4(w: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>(f32((w >> shift) & 15u), f32((w >> (shift + 4u)) & 15u),
+                     f32((w >> (shift + 8u)) & 15u), f32((w >> (shift + 12u)) & 15u));
+}
+
+fn sbyte4(w: u32) -> vec4<f32> {
+    return vec4<f32>(f32(bitcast<i32>(w << 24u) >> 24u), f32(bitcast<i32>(w << 16u) >> 24u),
+                     f32(bitcast<i32>(w << 8u) >> 24u), f32(bitcast<i32>(w) >> 24u));
+}
+
+// Eight consecutive weights starting at element e (a multiple of 8), dequantized to f32.
+fn load8(e: u32) -> W8 {
+    var r: W8;
+    switch LAYOUT {
+        case 0u: {
+            r.lo = vec4<f32>(bitcast<f32>(w_words[e]), bitcast<f32>(w_words[e + 1u]),
+                             bitcast<f32>(w_words[e + 2u]), bitcast<f32>(w_words[e + 3u]));
+            r.hi = vec4<f32>(bitcast<f32>(w_words[e + 4u]), bitcast<f32>(w_words[e + 5u]),
+                             bitcast<f32>(w_words[e + 6u]), bitcast<f32>(w_words[e + 7u]));
+        }
+        case 1u: {
+            let i = e / 2u;
+            r.lo = vec4<f32>(unpack2x16float(w_words[i]), unpack2x16float(w_words[i + 1u]));
+            r.hi = vec4<f32>(unpack2x16float(w_words[i + 2u]), unpack2x16float(w_words[i + 3u]));
+        }
+        case 2u: {
+            let i = e / 2u;
+            r.lo = vec4<f32>(unpack_bf16x2(w_words[i]), unpack_bf16x2(w_words[i + 1u]));
+            r.hi = vec4<f32>(unpack_bf16x2(w_words[i + 2u]), unpack_bf16x2(w_words[i + 3u]));
+        }
+        case 3u: {
+            let w = w_words[e / 8u];
+            let b = 2u * (e / QBLOCK);
+            let s = w_meta[b];
+            let o = w_meta[b + 1u];
+            r.lo = nib4(w, 0u) * s + o;
+            r.hi = nib4(w, 16u) * s + o;
+        }
+        default: {
+            let i = e / 4u;
+            let b = 2u * (e / QBLOCK);
+            let s = w_meta[b];
+            let o = w_meta[b + 1u];
+            r.lo = sbyte4(w_words[i]) * s + o;
+            r.hi = sbyte4(w_words[i + 1u]) * s + o;
+        }
+    }
+    return r;
+}
