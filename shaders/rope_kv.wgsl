@@ -56,17 +56,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) w
         return;
     }
     let pos = step.pos0 + t;
-    let active = w < HD / 2u;
+    let live = w < HD / 2u;
     let is_q = head < NH;
     var base: u32;
     if (is_q) { base = (t * NH + head) * HD; } else { base = (t * NKV + head - NH) * HD; }
     var r = vec2<f32>(0.0);
-    if (active) {
+    if (live) {
         r = vec2<f32>(rotated(base, 2u * w, pos, is_q), rotated(base, 2u * w + 1u, pos, is_q));
     }
     // Everyone reads its partners before anyone writes in place.
     workgroupBarrier();
-    if (!active) {
+    if (!live) {
         return;
     }
     if (is_q) {

@@ -1,0 +1,90 @@
+//! Shared test helpers: a seeded PRNG (fresh seed per run, printed; FERROLM_SEED reproduces),
+//! GPU buffers from slices, and the default model's path.
+#![allow(dead_code)]
+
+use ferrolm::gpu::Gpu;
+use ferrolm::sampler::Rng;
+
+pub fn seed() -> u64 {
+    let s = std::env::var("FERROLM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("seed {s} (set FERROLM_SEED={s} to reproduce)");
+    s
+}
+
+pub struct R(pub Rng);
+
+impl R {
+    pub fn new() -> R {
+        R(Rng::new(seed()))
+    }
+    pub fn f(&mut self) -> f32 {
+        (self.0.next_f64() * 2.0 - 1.0) as f32
+    }
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f()).collect()
+    }
+    pub fn u32(&mut self) -> u32 {
+        self.0.next_u64() as u32
+    }
+    pub fn below(&mut self, n: u32) -> u32 {
+        (self.0.next_u64() % n as u64) as u32
+    }
+}
+
+pub fn gpu() -> Gpu {
+    ferrolm::gpu::block_on(Gpu::new()).expect("a GPU adapter (install mesa-vulkan-drivers for lavapipe)")
+}
+
+pub fn buf_f32(g: &Gpu, v: &[f32]) -> wgpu::Buffer {
+    g.buffer_init("test", bytemuck::cast_slice(v)).unwrap()
+}
+
+pub fn buf_u32(g: &Gpu, v: &[u32]) -> wgpu::Buffer {
+    g.buffer_init("test", bytemuck::cast_slice(v)).unwrap()
+}
+
+/// An output buffer filled with NaN so that anything the kernel fails to write shows up.
+pub fn poisoned(g: &Gpu, n: usize) -> wgpu::Buffer {
+    buf_f32(g, &vec![f32::NAN; n])
+}
+
+pub fn read(g: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
+    ferrolm::gpu::block_on(g.read_f32(b, n)).unwrap()
+}
+
+pub fn read_u32(g: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<u32> {
+    let bytes = ferrolm::gpu::block_on(g.read_buffer(b, n as u64 * 4)).unwrap();
+    bytemuck::pod_collect_to_vec(&bytes)
+}
+
+/// |a - b| <= atol + rtol * |b| everywhere; reports the worst element.
+pub fn assert_close(got: &[f32], want: &[f32], atol: f32, rtol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = (0usize, 0f32);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        assert!(g.is_finite(), "{what}: element {i} is {g} (want {w})");
+        let excess = err - (atol + rtol * w.abs());
+        if excess > worst.1 {
+            worst = (i, excess);
+        }
+    }
+    let i = worst.0;
+    assert!(worst.1 <= 0.0, "{what}: element {i}: got {} want {} (atol {atol}, rtol {rtol})", got[i], want[i]);
+}
+
+/// The default model, if present (CI fetches it; FERROLM_MODEL overrides the path).
+pub fn model_path() -> Option<std::path::PathBuf> {
+    let p = std::env::var("FERROLM_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        std::path::PathBuf::from(home).join(".cache/ferrolm/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("skipping: model not found at {} (run `make model`)", p.display());
+        None
+    }
+}

@@ -1,0 +1,313 @@
+//! Every WGSL kernel against a CPU reference on random inputs (fresh seed each run, outputs
+//! poisoned with NaN before the run). Runs on any adapter; CI uses lavapipe (WGPU_BACKEND=vulkan).
+
+mod common;
+use common::*;
+use ferrolm::gpu::{Gpu, Kernel};
+
+#[derive(Clone, Copy, Debug)]
+enum L {
+    F32,
+    F16,
+    BF16,
+    Q4,
+    Q8(u32),
+}
+
+impl L {
+    fn consts(self) -> [(&'static str, f64); 2] {
+        let (id, b) = match self {
+            L::F32 => (0, 32),
+            L::F16 => (1, 32),
+            L::BF16 => (2, 32),
+            L::Q4 => (3, 32),
+            L::Q8(b) => (4, b),
+        };
+        [("LAYOUT", id as f64), ("QBLOCK", b as f64)]
+    }
+}
+
+const ALL: [L; 6] = [L::F32, L::F16, L::BF16, L::Q4, L::Q8(16), L::Q8(32)];
+
+/// Random weights in a layout (as documented in weights/pack.rs) and their dense values.
+fn random_matrix(r: &mut R, l: L, rows: usize, cols: usize) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    let n = rows * cols;
+    match l {
+        L::F32 => {
+            let d = r.vec(n);
+            (d.iter().map(|x| x.to_bits()).collect(), vec![], d)
+        }
+        L::F16 | L::BF16 => {
+            let bits: Vec<u16> = (0..n)
+                .map(|_| match l {
+                    L::F16 => half::f16::from_f32(r.f()).to_bits(),
+                    _ => half::bf16::from_f32(r.f()).to_bits(),
+                })
+                .collect();
+            let dense = bits
+                .iter()
+                .map(|&b| match l {
+                    L::F16 => half::f16::from_bits(b).to_f32(),
+                    _ => half::bf16::from_bits(b).to_f32(),
+                })
+                .collect();
+            (bits.chunks(2).map(|p| p[0] as u32 | (p[1] as u32) << 16).collect(), vec![], dense)
+        }
+        L::Q4 | L::Q8(_) => {
+            let (per_word, block) = match l {
+                L::Q4 => (8, 32),
+                L::Q8(b) => (4, b as usize),
+                _ => unreachable!(),
+            };
+            let words: Vec<u32> = (0..n / per_word).map(|_| r.u32()).collect();
+            let meta: Vec<f32> = (0..2 * n / block).map(|i| if i % 2 == 0 { r.f() * 0.1 } else { r.f() * 0.5 }).collect();
+            let dense = (0..n)
+                .map(|e| {
+                    let w = words[e / per_word];
+                    let q = match l {
+                        L::Q4 => ((w >> (4 * (e % 8))) & 15) as f32,
+                        _ => ((w >> (8 * (e % 4))) & 255) as u8 as i8 as f32,
+                    };
+                    let b = e / block;
+                    meta[2 * b] * q + meta[2 * b + 1]
+                })
+                .collect();
+            (words, meta, dense)
+        }
+    }
+}
+
+fn cpu_linear(x: &[f32], w: &[f32], m: usize, n: usize, k: usize, bias: Option<&[f32]>, acc: Option<&[f32]>) -> Vec<f32> {
+    let mut y = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0f64;
+            for t in 0..k {
+                s += x[i * k + t] as f64 * w[j * k + t] as f64;
+            }
+            if let Some(b) = bias {
+                s += b[j] as f64;
+            }
+            if let Some(a) = acc {
+                s += a[i * n + j] as f64;
+            }
+            y[i * n + j] = s as f32;
+        }
+    }
+    y
+}
+
+fn check_linear(g: &Gpu, r: &mut R, kernel: Kernel, l: L, m: usize, n: usize, k: usize, with_bias: bool, accumulate: bool) {
+    let (words, meta, dense) = random_matrix(r, l, n, k);
+    let x = r.vec(m * k);
+    let bias = r.vec(n);
+    let init = r.vec(m * n);
+    let wb = buf_u32(g, &words);
+    let mb = if meta.is_empty() { buf_f32(g, &[0.0; 4]) } else { buf_f32(g, &meta) };
+    let xb = buf_f32(g, &x);
+    let yb = if accumulate { buf_f32(g, &init) } else { poisoned(g, m * n) };
+    let bb = buf_f32(g, &bias);
+    let [c0, c1] = l.consts();
+    let consts = [c0, c1, ("K", k as f64), ("N", n as f64), ("ACCUMULATE", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64)];
+    let grid = match kernel {
+        Kernel::MatVec => [n.div_ceil(4) as u32, m as u32, 1],
+        _ => [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
+    };
+    g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &bb)], [m as u32, 0, 0, 0], grid).unwrap();
+    let got = read(g, &yb, m * n);
+    let want = cpu_linear(&x, &dense, m, n, k, with_bias.then_some(&bias[..]), accumulate.then_some(&init[..]));
+    let scale = (k as f32).sqrt();
+    assert_close(&got, &want, 1e-4 * scale, 1e-4, &format!("{kernel:?} {l:?} m={m} n={n} k={k} bias={with_bias} acc={accumulate}"));
+}
+
+#[test]
+fn matvec_all_layouts() {
+    let g = gpu();
+    let mut r = R::new();
+    for l in ALL {
+        check_linear(&g, &mut r, Kernel::MatVec, l, 1, 70, 96, false, false);
+        check_linear(&g, &mut r, Kernel::MatVec, l, 3, 33, 576, true, true);
+    }
+}
+
+#[test]
+fn matmul_all_layouts() {
+    let g = gpu();
+    let mut r = R::new();
+    for l in ALL {
+        check_linear(&g, &mut r, Kernel::MatMul, l, 70, 130, 96, false, false);
+        check_linear(&g, &mut r, Kernel::MatMul, l, 5, 64, 160, true, true);
+    }
+    check_linear(&g, &mut r, Kernel::MatMul, L::Q4, 129, 65, 64, true, false);
+}
+
+#[test]
+fn embed_lookup() {
+    let g = gpu();
+    let mut r = R::new();
+    for l in [L::F32, L::F16, L::Q4, L::Q8(32)] {
+        let (vocab, h, t) = (50, 64, 7);
+        let (words, meta, dense) = random_matrix(&mut r, l, vocab, h);
+        let ids: Vec<u32> = (0..t).map(|_| r.below(vocab as u32)).collect();
+        let (wb, mb, ib) = (buf_u32(&g, &words), buf_f32(&g, if meta.is_empty() { &[0.0; 4] } else { &meta }), buf_u32(&g, &ids));
+        let xb = poisoned(&g, t * h);
+        let [c0, c1] = l.consts();
+        g.dispatch_once(Kernel::Embed, &[c0, c1, ("H", h as f64), ("SCALE", 2.0)], &[(0, &wb), (1, &mb), (2, &ib), (3, &xb)], [t as u32, 0, 0, 0], [1, t as u32, 1])
+            .unwrap();
+        let want: Vec<f32> = ids.iter().flat_map(|&i| dense[i as usize * h..(i as usize + 1) * h].iter().map(|v| v * 2.0)).collect();
+        assert_close(&read(&g, &xb, t * h), &want, 1e-6, 1e-6, &format!("embed {l:?}"));
+    }
+}
+
+#[test]
+fn rmsnorm_rows_and_last() {
+    let g = gpu();
+    let mut r = R::new();
+    let (t, h, eps) = (5, 576, 1e-5f32);
+    let x = r.vec(t * h);
+    let w = r.vec(h);
+    let norm = |row: usize, off: f32| -> Vec<f32> {
+        let xs = &x[row * h..(row + 1) * h];
+        let ms = xs.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / h as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        xs.iter().zip(&w).map(|(v, wi)| (*v as f64 * inv * (*wi + off) as f64) as f32).collect()
+    };
+    let (xb, wb) = (buf_f32(&g, &x), buf_f32(&g, &w));
+    for (last, off) in [(false, 0.0f32), (true, 0.0), (false, 1.0)] {
+        let rows = if last { 1 } else { t };
+        let yb = poisoned(&g, rows * h);
+        let consts = [("H", h as f64), ("EPS", eps as f64), ("W_OFFSET", off as f64), ("LAST_ONLY", last as u32 as f64)];
+        g.dispatch_once(Kernel::RmsNorm, &consts, &[(0, &xb), (1, &wb), (2, &yb)], [t as u32, 0, 0, 0], [rows as u32, 1, 1]).unwrap();
+        let want: Vec<f32> = if last { norm(t - 1, off) } else { (0..t).flat_map(|i| norm(i, off)).collect() };
+        assert_close(&read(&g, &yb, rows * h), &want, 1e-5, 1e-5, &format!("rmsnorm last={last} offset={off}"));
+    }
+}
+
+fn f16_round(v: f32) -> f32 {
+    half::f16::from_f32(v).to_f32()
+}
+
+#[test]
+fn rope_and_kv_write() {
+    let g = gpu();
+    let mut r = R::new();
+    let (hd, nh, nkv, ctx, t, pos0) = (64usize, 4usize, 2usize, 32usize, 3usize, 5usize);
+    for (neox, rot) in [(false, 64usize), (true, 64), (true, 32)] {
+        let inv: Vec<f64> = (0..rot / 2).map(|i| 10000f64.powf(-(2.0 * i as f64) / rot as f64)).collect();
+        let table: Vec<f32> = (0..ctx).flat_map(|p| inv.iter().flat_map(move |f| [(p as f64 * f).cos() as f32, (p as f64 * f).sin() as f32])).collect();
+        let q = r.vec(t * nh * hd);
+        let k = r.vec(t * nkv * hd);
+        let v = r.vec(t * nkv * hd);
+        let rotate = |x: &[f32], pos: usize| -> Vec<f32> {
+            let mut y = x.to_vec();
+            for i in 0..rot / 2 {
+                let (a, b) = if neox { (i, i + rot / 2) } else { (2 * i, 2 * i + 1) };
+                let (c, s) = ((pos as f64 * inv[i]).cos(), (pos as f64 * inv[i]).sin());
+                y[a] = (x[a] as f64 * c - x[b] as f64 * s) as f32;
+                y[b] = (x[b] as f64 * c + x[a] as f64 * s) as f32;
+            }
+            y
+        };
+        let (qb, kb, vb, rb) = (buf_f32(&g, &q), buf_f32(&g, &k), buf_f32(&g, &v), buf_f32(&g, &table));
+        let kc = buf_u32(&g, &vec![0xffff_ffffu32; nkv * ctx * hd / 2]);
+        let vc = buf_u32(&g, &vec![0xffff_ffffu32; nkv * ctx * hd / 2]);
+        let consts = [("HD", hd as f64), ("ROT", rot as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CTX", ctx as f64), ("NEOX", neox as u32 as f64)];
+        g.dispatch_once(Kernel::RopeKv, &consts, &[(0, &qb), (1, &kb), (2, &vb), (3, &kc), (4, &vc), (6, &rb)], [t as u32, pos0 as u32, 0, 0], [(nh + nkv) as u32, t as u32, 1])
+            .unwrap();
+        let want_q: Vec<f32> = (0..t * nh).flat_map(|i| rotate(&q[i * hd..(i + 1) * hd], pos0 + i / nh)).collect();
+        assert_close(&read(&g, &qb, q.len()), &want_q, 1e-5, 1e-5, &format!("rope q neox={neox} rot={rot}"));
+        let unpack = |words: Vec<u32>| -> Vec<f32> {
+            words.iter().flat_map(|w| [half::f16::from_bits(*w as u16).to_f32(), half::f16::from_bits((*w >> 16) as u16).to_f32()]).collect()
+        };
+        let (kcache, vcache) = (unpack(read_u32(&g, &kc, nkv * ctx * hd / 2)), unpack(read_u32(&g, &vc, nkv * ctx * hd / 2)));
+        for tt in 0..t {
+            for j in 0..nkv {
+                let src = (tt * nkv + j) * hd;
+                let dst = (j * ctx + pos0 + tt) * hd;
+                let want_k: Vec<f32> = rotate(&k[src..src + hd], pos0 + tt).into_iter().map(f16_round).collect();
+                let want_v: Vec<f32> = v[src..src + hd].iter().map(|&x| f16_round(x)).collect();
+                assert_close(&kcache[dst..dst + hd], &want_k, 1e-3, 1e-3, "k cache");
+                assert_close(&vcache[dst..dst + hd], &want_v, 0.0, 0.0, "v cache");
+            }
+        }
+        assert!(kcache[..pos0 * hd].iter().all(|x| x.is_nan()), "rope_kv wrote outside its positions");
+    }
+}
+
+#[test]
+fn attention_causal_gqa() {
+    let g = gpu();
+    let mut r = R::new();
+    for (hd, nh, nkv, ctx, t, pos0, window, softcap) in
+        [(64usize, 4usize, 2usize, 200usize, 3usize, 130usize, 0u32, 0f32), (128, 2, 1, 80, 70, 0, 0, 0.0), (256, 2, 2, 40, 2, 30, 8, 5.0)]
+    {
+        let q = r.vec(t * nh * hd);
+        let kcache: Vec<f32> = (0..nkv * ctx * hd).map(|_| f16_round(r.f() * 2.0)).collect();
+        let vcache: Vec<f32> = (0..nkv * ctx * hd).map(|_| f16_round(r.f())).collect();
+        let pack = |v: &[f32]| -> Vec<u32> {
+            v.chunks(2).map(|p| half::f16::from_f32(p[0]).to_bits() as u32 | (half::f16::from_f32(p[1]).to_bits() as u32) << 16).collect()
+        };
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut want = vec![0f32; t * nh * hd];
+        for tt in 0..t {
+            let end = pos0 + tt + 1;
+            let start = if window > 0 && end > window as usize { end - window as usize } else { 0 };
+            for h in 0..nh {
+                let kvh = h / (nh / nkv);
+                let qv = &q[(tt * nh + h) * hd..][..hd];
+                let scores: Vec<f64> = (start..end)
+                    .map(|j| {
+                        let kv = &kcache[(kvh * ctx + j) * hd..][..hd];
+                        let mut s = qv.iter().zip(kv).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale;
+                        if softcap > 0.0 {
+                            s = softcap as f64 * (s / softcap as f64).tanh();
+                        }
+                        s
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for d in 0..hd {
+                    let o: f64 = (start..end).zip(&e).map(|(j, p)| p * vcache[(kvh * ctx + j) * hd + d] as f64).sum();
+                    want[(tt * nh + h) * hd + d] = (o / sum) as f32;
+                }
+            }
+        }
+        let (qb, kb, vb, ob) = (buf_f32(&g, &q), buf_u32(&g, &pack(&kcache)), buf_u32(&g, &pack(&vcache)), poisoned(&g, want.len()));
+        let consts = [
+            ("HD", hd as f64),
+            ("NH", nh as f64),
+            ("NKV", nkv as f64),
+            ("CTX", ctx as f64),
+            ("SCALE", scale),
+            ("SOFTCAP", softcap as f64),
+            ("WINDOW", window as f64),
+        ];
+        g.dispatch_once(Kernel::Attention, &consts, &[(0, &qb), (1, &kb), (2, &vb), (3, &ob)], [t as u32, pos0 as u32, 0, 0], [nh as u32, t as u32, 1]).unwrap();
+        assert_close(&read(&g, &ob, want.len()), &want, 1e-4, 1e-4, &format!("attention hd={hd} t={t} pos0={pos0} window={window} softcap={softcap}"));
+    }
+}
+
+#[test]
+fn ffn_activations() {
+    let g = gpu();
+    let mut r = R::new();
+    let (t, f) = (3usize, 1000usize);
+    for gelu in [false, true] {
+        let gate: Vec<f32> = r.vec(t * f).iter().map(|x| x * 6.0).collect();
+        let up = r.vec(t * f);
+        let want: Vec<f32> = gate
+            .iter()
+            .zip(&up)
+            .map(|(&g, &u)| {
+                let g = g as f64;
+                let a = if gelu { 0.5 * g * (1.0 + (0.7978845608028654 * (g + 0.044715 * g.powi(3))).tanh()) } else { g / (1.0 + (-g).exp()) };
+                (a * u as f64) as f32
+            })
+            .collect();
+        let (gb, ub) = (buf_f32(&g, &gate), buf_f32(&g, &up));
+        g.dispatch_once(Kernel::FfnAct, &[("F", f as f64), ("GELU", gelu as u32 as f64)], &[(0, &gb), (1, &ub)], [t as u32, 0, 0, 0], [(t * f).div_ceil(256) as u32, 1, 1]).unwrap();
+        assert_close(&read(&g, &gb, t * f), &want, 1e-5, 1e-4, &format!("ffn gelu={gelu}"));
+    }
+}
