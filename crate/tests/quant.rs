@@ -87,6 +87,7 @@ fn check_pack(ty: GgmlType, rows: usize, cols: usize, rng: &mut SplitMix64) -> u
     let raw = random_blocks(ty, n / ty.block_size() as usize, rng).unwrap();
     let mut want = vec![0f32; n];
     dequantize(ty, &raw, &mut want).unwrap();
+    assert!(want.iter().all(|v| v.is_finite()), "random_blocks({}) decodes to non-finite values", ty.name());
     let p = pack(ty, rows, cols, &raw).unwrap();
     assert_eq!(Some(p.layout), Layout::for_type(ty));
     assert_eq!((p.rows, p.cols), (rows, cols));

@@ -155,15 +155,20 @@ pub(crate) fn decode_q6_k(b: &[u8]) -> Decoded<16> {
     for g in 0..16 {
         out.scale[g] = d * (b[192 + g] as i8) as f32;
     }
-    for e in 0..QK_K {
-        let (half, i) = (e / 128, e % 128);
-        let (part, l) = (i / 32, i % 32);
+    // Each 128-element half takes 64 bytes of ql (low nibbles, then high) and 32 of qh (2 bits
+    // per 32-element quarter).
+    for half in 0..2 {
         let ql = &b[64 * half..64 * half + 64];
-        let qh = b[128 + 32 * half + l];
-        let low = if part % 2 == 0 { ql[l] } else { ql[l + 32] };
-        let low = if part < 2 { low & 0xF } else { low >> 4 };
-        let q = low | (((qh >> (2 * part)) & 3) << 4);
-        out.q[e] = (q as i8 - 32) as u8;
+        let qh = &b[128 + 32 * half..128 + 32 * half + 32];
+        for part in 0..4 {
+            let low = &ql[32 * (part % 2)..32 * (part % 2) + 32];
+            let shift = 4 * (part / 2);
+            let dst = &mut out.q[128 * half + 32 * part..128 * half + 32 * part + 32];
+            for l in 0..32 {
+                let q = ((low[l] >> shift) & 0xF) | (((qh[l] >> (2 * part)) & 3) << 4);
+                dst[l] = (q as i8 - 32) as u8;
+            }
+        }
     }
     out
 }
