@@ -3,6 +3,7 @@
 pub mod source;
 pub mod gguf;
 pub mod quant;
+pub mod kquants;
 pub mod pack;
 
 pub use source::{ByteSource, FileSource, MemSource};
