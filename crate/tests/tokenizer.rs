@@ -271,3 +271,18 @@ fn spm_without_space_prefix() {
     assert_eq!(t.encode("<s>hi").unwrap(), vec![1, 6]);
     assert!(t.add_bos());
 }
+
+#[test]
+fn hf_json_matches_gguf() {
+    let dir = repo().join("tests/fixtures/tokenizer");
+    let json = std::fs::read_to_string(dir.join("spm_tiny.tokenizer.json")).unwrap();
+    let config = r#"{"bos_token": "<s>", "eos_token": {"content": "</s>"}, "add_bos_token": true}"#;
+    let tok = Tokenizer::from_hf_json(&json, Some(config)).unwrap();
+    check_texts(&tok, &fixture("spm_tiny.json"));
+    assert_eq!((tok.bos_id(), tok.eos_id(), tok.add_bos()), (Some(1), Some(2), true));
+    assert_eq!(tok.eos_ids(), vec![2, 289]);
+    // Without a config: the post-processor adds <s>, so add_bos is detected, but no EOS is known.
+    let tok = Tokenizer::from_hf_json(&json, None).unwrap();
+    assert_eq!((tok.bos_id(), tok.eos_id()), (None, None));
+    assert!(matches!(Tokenizer::from_hf_json("{", None), Err(Error::Tokenizer(_))));
+}

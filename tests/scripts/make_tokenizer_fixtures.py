@@ -171,6 +171,9 @@ def spm():
     for t in SPM_TEXTS:
         ids = tok(t, add_special_tokens=False)["input_ids"]
         texts.append({"text": t, "ids": ids, "decoded": tok.decode(ids)})
+    # The same tokenizer as a Hugging Face tokenizer.json, for Tokenizer::from_hf_json.
+    with open(os.path.join(OUT, "spm_tiny.tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(tok.backend_tokenizer.to_str())
     return {"source": "transformers GGUF tokenizer of spm_tiny.gguf", "texts": texts}
 
 
