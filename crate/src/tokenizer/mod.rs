@@ -1,0 +1,181 @@
+//! Text ⇄ token ids.
+//!
+//! The heavy lifting is the `tokenizers` crate (the engine behind Hugging Face's fast tokenizers):
+//! from a GGUF we build its pipeline ourselves, the same one transformers builds from that file
+//! (see `gguf.rs`), so ids match transformers' `tok(text, add_special_tokens=False)`; a Hugging Face
+//! folder's tokenizer.json is loaded as is. What this module adds: the model's special ids (BOS, EOS
+//! and the end-of-turn tokens that stop a chat), bounds-checked decoding, and a streaming decoder.
+
+mod gguf;
+mod pretok;
+mod stream;
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::weights::gguf::GgufFile;
+
+pub use stream::StreamDecoder;
+
+/// Token texts that end a turn in the chat formats we know. llama.cpp treats control tokens with
+/// these names as end-of-generation too; a chat must stop on them even when the metadata's EOS id
+/// names another token (SmolLM2: EOS is <|im_end|>, but <|endoftext|> also ends).
+const END_OF_TURN: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<|return|>",
+    "<|end▁of▁sentence|>",
+    "<EOT>",
+];
+
+/// A tokenizer plus the model's special ids. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hf: tokenizers::Tokenizer,
+    /// Token texts by id, as the vocabulary spells them (byte-level `Ġ` etc. included); empty for
+    /// an id the vocabulary does not define.
+    tokens: Vec<String>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+    eos_ids: Vec<u32>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .field("bos", &self.inner.bos)
+            .field("eos", &self.inner.eos)
+            .field("add_bos", &self.inner.add_bos)
+            .field("eos_ids", &self.inner.eos_ids)
+            .finish()
+    }
+}
+
+pub(crate) fn tok_err(e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(e.to_string())
+}
+
+impl Tokenizer {
+    /// Build from the `tokenizer.ggml.*` metadata of a GGUF file. Supported models: "gpt2"
+    /// (byte-level BPE) and "llama" (SentencePiece-style BPE with byte fallback).
+    pub fn from_gguf(g: &GgufFile) -> Result<Tokenizer> {
+        gguf::build(g)
+    }
+
+    /// Load a Hugging Face tokenizer.json; BOS/EOS and `add_bos_token` come from
+    /// tokenizer_config.json when given.
+    pub fn from_hf_json(tokenizer_json: &str, tokenizer_config_json: Option<&str>) -> Result<Tokenizer> {
+        use std::str::FromStr;
+        let hf = tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
+        let config: serde_json::Value = match tokenizer_config_json {
+            Some(s) => serde_json::from_str(s).map_err(|e| tok_err(format!("tokenizer_config.json: {e}")))?,
+            None => serde_json::Value::Null,
+        };
+        // A special token is either a string or an AddedToken object {"content": ...}.
+        let special = |key: &str| -> Option<u32> {
+            let v = config.get(key)?;
+            let text = v.as_str().or_else(|| v.get("content")?.as_str())?;
+            hf.token_to_id(text)
+        };
+        let bos = special("bos_token");
+        let eos = special("eos_token");
+        let add_bos = match config.get("add_bos_token").and_then(|v| v.as_bool()) {
+            Some(b) => b,
+            // Llama 3 style: no flag, the post-processor adds BOS. Ask it.
+            None => match bos {
+                Some(b) => hf.encode_fast("a", true).map(|e| e.get_ids().first() == Some(&b)).unwrap_or(false),
+                None => false,
+            },
+        };
+        let n = hf.get_vocab_size(true);
+        let mut tokens = vec![String::new(); n];
+        for (text, id) in hf.get_vocab(true) {
+            if let Some(slot) = tokens.get_mut(id as usize) {
+                *slot = text;
+            }
+        }
+        let specials: Vec<u32> = hf.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
+        let eos_ids = collect_eos_ids(eos, &[], &tokens, |id| specials.contains(&id));
+        Ok(Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids))
+    }
+
+    fn assemble(hf: tokenizers::Tokenizer, tokens: Vec<String>, bos: Option<u32>, eos: Option<u32>, add_bos: bool, eos_ids: Vec<u32>) -> Self {
+        Tokenizer { inner: Arc::new(Inner { hf, tokens, bos, eos, add_bos, eos_ids }) }
+    }
+
+    /// Token ids for `text`, nothing added (no BOS); special-token text such as `<|im_start|>` is
+    /// recognized and becomes its id.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.hf.encode_fast(text, false).map_err(tok_err)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Text for `ids`. Nothing is skipped: special tokens render as their text. Bytes that do not
+    /// form valid UTF-8 become U+FFFD.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.check_ids(ids)?;
+        self.inner.hf.decode(ids, false).map_err(tok_err)
+    }
+
+    /// A decoder that turns ids into text one at a time as they are generated.
+    pub fn stream(&self) -> StreamDecoder {
+        StreamDecoder::new(self.clone())
+    }
+
+    pub fn bos_id(&self) -> Option<u32> {
+        self.inner.bos
+    }
+    pub fn eos_id(&self) -> Option<u32> {
+        self.inner.eos
+    }
+    /// Whether a prompt should start with BOS (the engine adds it; `encode` never does).
+    pub fn add_bos(&self) -> bool {
+        self.inner.add_bos
+    }
+    /// Ids that end generation in a chat: EOS, then end-of-turn/end-of-message tokens.
+    pub fn eos_ids(&self) -> Vec<u32> {
+        self.inner.eos_ids.clone()
+    }
+    /// The vocabulary's text for `id` (as stored: byte-level vocabularies spell a space `Ġ`).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.inner.tokens.get(id as usize).map(String::as_str).filter(|s| !s.is_empty())
+    }
+    /// Number of token ids (the embedding table's rows must cover this).
+    pub fn vocab_size(&self) -> usize {
+        self.inner.tokens.len()
+    }
+
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        match ids.iter().find(|&&id| self.token_text(id).is_none()) {
+            None => Ok(()),
+            Some(id) => Err(tok_err(format!("token id {id} is not in the vocabulary ({} tokens)", self.vocab_size()))),
+        }
+    }
+}
+
+/// EOS first, then the explicit end-of-turn ids from metadata, then special tokens with a known
+/// end-of-turn name; no duplicates.
+fn collect_eos_ids(eos: Option<u32>, explicit: &[u32], tokens: &[String], is_special: impl Fn(u32) -> bool) -> Vec<u32> {
+    let mut out: Vec<u32> = eos.into_iter().chain(explicit.iter().copied()).collect();
+    for name in END_OF_TURN {
+        if let Some(id) = tokens.iter().position(|t| t == name) {
+            if is_special(id as u32) {
+                out.push(id as u32);
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|id| seen.insert(*id));
+    out
+}
