@@ -7,9 +7,8 @@ use crate::model::forward::{self, Buffers, Program};
 use crate::model::weights::{self, ModelWeights};
 use crate::model::ModelConfig;
 use crate::sampler::{self, Sampler, SamplingParams};
-use crate::tokenizer::Tokenizer;
-use crate::weights::gguf::GgufFile;
-use crate::weights::ByteSource;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::weights::{read_gguf_header, AsyncSource};
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -52,8 +51,8 @@ pub struct Engine {
 
 impl Engine {
     /// Load a GGUF model from a byte source onto a fresh GPU device.
-    pub async fn load(src: &dyn ByteSource, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
-        let gguf = GgufFile::read(src)?;
+    pub async fn load(src: &dyn AsyncSource, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
+        let gguf = read_gguf_header(src).await?;
         let mut cfg = ModelConfig::from_gguf(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let template = ChatTemplate::from_gguf(&gguf)?;
@@ -68,7 +67,7 @@ impl Engine {
         }
         let max_batch = opts.max_batch.min(context);
         let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
-        let weights = weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total))?;
+        let weights = weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
         let bufs = Buffers::new(&gpu, &cfg, max_batch, context)?;
         progress("compile", 0, 2);
         let decode = forward::build(&gpu, &cfg, &weights, &bufs, context, false)?;
@@ -78,7 +77,7 @@ impl Engine {
         let readback = gpu.readback_buffer("logits readback", cfg.vocab as u64 * 4);
         gpu.check()?;
         let rt = Runtime { gpu, cfg, weights, bufs, decode, prefill, readback, context, max_batch, pos: 0 };
-        Ok(Engine { rt, tokenizer, template, source_name: src.name() })
+        Ok(Engine { rt, tokenizer, template, source_name: src.source_name() })
     }
 
     /// Render chat messages with the model's template (generation prompt appended) and tokenize.
@@ -87,7 +86,8 @@ impl Engine {
         let template = match &self.template {
             Some(t) => t,
             None => {
-                fallback = ChatTemplate::chatml()?;
+                let text = |id: Option<u32>| id.and_then(|i| self.tokenizer.token_text(i)).unwrap_or("").to_string();
+                fallback = ChatTemplate::chatml(&text(self.tokenizer.bos_id()), &text(self.tokenizer.eos_id()));
                 &fallback
             }
         };
@@ -107,75 +107,152 @@ impl Engine {
         Ok(ids)
     }
 
-    /// Generate from `prompt` (ids), starting from an empty KV cache. `on_text` receives each
-    /// piece of decoded text as it is produced and returns false to stop early.
+    /// Start generating from `prompt` (ids) with an empty KV cache: runs the prompt through the
+    /// model. Then call `step` until it returns `None`.
+    pub async fn start(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation> {
+        let sampler = Sampler::new(opts.sampling.clone())?;
+        if prompt.len() >= self.rt.context {
+            return Err(Error::ContextOverflow { tokens: prompt.len(), max_new: opts.max_tokens, context: self.rt.context });
+        }
+        let stop = opts.stop_ids.clone().unwrap_or_else(|| self.tokenizer.eos_ids());
+        self.rt.pos = 0;
+        let t0 = now_ms();
+        let logits = self.rt.forward(prompt).await?;
+        let prefill_ms = now_ms() - t0;
+        let top_logits = if opts.top_logits > 0 { sampler::top_k(&logits, opts.top_logits) } else { Vec::new() };
+        Ok(Generation {
+            sampler,
+            stop,
+            max_tokens: opts.max_tokens,
+            history: prompt.to_vec(),
+            prompt_len: prompt.len(),
+            tokens: Vec::new(),
+            text: String::new(),
+            logits: Some(logits),
+            decoder: self.tokenizer.stream(),
+            top_logits,
+            stop_reason: None,
+            prefill_ms,
+            decode_start_ms: now_ms(),
+            decode_ms: 0.0,
+        })
+    }
+
+    /// Produce the next token, or `None` once generation has ended (see `Generation::stop_reason`).
+    /// A stop token ends generation; it is recorded in `tokens` but adds no text.
+    pub async fn step(&mut self, g: &mut Generation) -> Result<Option<TokenEvent>> {
+        if g.stop_reason.is_some() {
+            return Ok(None);
+        }
+        if g.tokens.len() >= g.max_tokens {
+            return Ok(g.finish(StopReason::Length));
+        }
+        let logits = match g.logits.take() {
+            Some(l) => l,
+            None => {
+                if self.rt.pos >= self.rt.context {
+                    return Ok(g.finish(StopReason::Context));
+                }
+                let last = *g.history.last().expect("history holds the prompt");
+                self.rt.forward(&[last]).await?
+            }
+        };
+        let id = g.sampler.sample(&logits, &g.history);
+        g.tokens.push(id);
+        g.history.push(id);
+        g.decode_ms = now_ms() - g.decode_start_ms;
+        if g.stop.contains(&id) {
+            g.stop_reason = Some(StopReason::Stop);
+            let text = g.decoder.finish()?;
+            g.text.push_str(&text);
+            return Ok(Some(TokenEvent { token: id, text, stop: true }));
+        }
+        let mut text = g.decoder.push(id)?;
+        if g.tokens.len() >= g.max_tokens {
+            text.push_str(&g.decoder.finish()?);
+        }
+        g.text.push_str(&text);
+        Ok(Some(TokenEvent { token: id, text, stop: false }))
+    }
+
+    /// Stop a generation early (the caller broke out of its loop).
+    pub fn cancel(&mut self, g: &mut Generation) {
+        if g.stop_reason.is_none() {
+            g.stop_reason = Some(StopReason::Cancelled);
+        }
+    }
+
+    /// Generate to the end, handing each token and its text to `on_token`, which returns false
+    /// to stop early.
     pub async fn generate(
         &mut self,
         prompt: &[u32],
         opts: &GenerateOptions,
-        on_text: &mut dyn FnMut(u32, &str) -> bool,
-    ) -> Result<Generation> {
-        let mut sampler = Sampler::new(opts.sampling.clone())?;
-        let stop: Vec<u32> = opts.stop_ids.clone().unwrap_or_else(|| self.tokenizer.eos_ids());
-        self.rt.pos = 0;
-        let t0 = now_ms();
-        let mut logits = self.rt.forward(prompt).await?;
-        let t1 = now_ms();
-        let top = if opts.top_logits > 0 { sampler::top_k(&logits, opts.top_logits) } else { Vec::new() };
-        let mut history = prompt.to_vec();
-        let mut tokens = Vec::new();
-        let mut text = String::new();
-        let mut dec = self.tokenizer.stream();
-        let mut stop_reason = StopReason::Length;
-        loop {
-            if tokens.len() >= opts.max_tokens {
+        on_token: &mut dyn FnMut(u32, &str) -> bool,
+    ) -> Result<GenerationResult> {
+        let mut g = self.start(prompt, opts).await?;
+        while let Some(ev) = self.step(&mut g).await? {
+            if !on_token(ev.token, &ev.text) {
+                self.cancel(&mut g);
                 break;
             }
-            let id = sampler.sample(&logits, &history);
-            tokens.push(id);
-            history.push(id);
-            if stop.contains(&id) {
-                stop_reason = StopReason::Stop;
-                break;
-            }
-            let piece = dec.push(id)?;
-            text.push_str(&piece);
-            if !on_text(id, &piece) {
-                stop_reason = StopReason::Cancelled;
-                break;
-            }
-            if tokens.len() >= opts.max_tokens {
-                break;
-            }
-            if self.rt.pos >= self.rt.context {
-                stop_reason = StopReason::Context;
-                break;
-            }
-            logits = self.rt.forward(&[id]).await?;
         }
-        let tail = dec.finish();
-        if !tail.is_empty() {
-            text.push_str(&tail);
-            on_text(u32::MAX, &tail);
-        }
-        let t2 = now_ms();
-        let decode_steps = self.rt.pos.saturating_sub(prompt.len());
-        Ok(Generation {
-            prompt_ids: prompt.to_vec(),
-            tokens,
-            text,
-            top_logits: top,
+        Ok(g.result(self.rt.decode.dispatches()))
+    }
+}
+
+/// One generated token and the text it completes (may be empty mid-character).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TokenEvent {
+    pub token: u32,
+    pub text: String,
+    /// This token is a stop token (end of generation).
+    pub stop: bool,
+}
+
+/// The state of one generation between steps.
+pub struct Generation {
+    sampler: Sampler,
+    stop: Vec<u32>,
+    max_tokens: usize,
+    history: Vec<u32>,
+    prompt_len: usize,
+    pub tokens: Vec<u32>,
+    pub text: String,
+    logits: Option<Vec<f32>>,
+    decoder: StreamDecoder,
+    pub top_logits: Vec<(u32, f32)>,
+    pub stop_reason: Option<StopReason>,
+    prefill_ms: f64,
+    decode_start_ms: f64,
+    decode_ms: f64,
+}
+
+impl Generation {
+    fn finish(&mut self, why: StopReason) -> Option<TokenEvent> {
+        self.stop_reason = Some(why);
+        None
+    }
+
+    pub fn result(&self, dispatches_per_token: usize) -> GenerationResult {
+        let steps = self.tokens.len().saturating_sub(1);
+        GenerationResult {
+            prompt_ids: self.history[..self.prompt_len].to_vec(),
+            tokens: self.tokens.clone(),
+            text: self.text.clone(),
+            top_logits: self.top_logits.clone(),
             stats: GenStats {
-                prompt_tokens: prompt.len(),
-                prefill_ms: t1 - t0,
-                decode_ms: t2 - t1,
-                prefill_tok_s: prompt.len() as f64 / ((t1 - t0) / 1e3),
-                decode_tok_s: if decode_steps > 0 { decode_steps as f64 / ((t2 - t1) / 1e3) } else { 0.0 },
-                stop_reason,
-                seed: opts.sampling.seed,
-                dispatches_per_token: self.rt.decode.dispatches(),
+                prompt_tokens: self.prompt_len,
+                generated_tokens: self.tokens.len(),
+                prefill_ms: self.prefill_ms,
+                decode_ms: self.decode_ms,
+                prefill_tok_s: self.prompt_len as f64 / (self.prefill_ms / 1e3),
+                decode_tok_s: if steps > 0 { steps as f64 / (self.decode_ms / 1e3) } else { 0.0 },
+                stop_reason: self.stop_reason.unwrap_or(StopReason::Length),
+                seed: self.sampler.params.seed,
+                dispatches_per_token,
             },
-        })
+        }
     }
 }
 
@@ -252,6 +329,7 @@ pub enum StopReason {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GenStats {
     pub prompt_tokens: usize,
+    pub generated_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
     pub prefill_tok_s: f64,
@@ -262,7 +340,7 @@ pub struct GenStats {
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct Generation {
+pub struct GenerationResult {
     pub prompt_ids: Vec<u32>,
     pub tokens: Vec<u32>,
     pub text: String,

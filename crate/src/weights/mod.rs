@@ -6,4 +6,4 @@ pub mod quant;
 pub mod kquants;
 pub mod pack;
 
-pub use source::{ByteSource, FileSource, MemSource};
+pub use source::{read_gguf_header, AsyncSource, ByteSource, FileSource, MemSource};

@@ -108,3 +108,78 @@ impl ByteSource for FileSource {
 
 #[cfg(target_arch = "wasm32")]
 pub struct FileSource;
+
+/// The asynchronous face of a byte source: what the loader reads through. In the browser a read
+/// is a fetch (HTTP range, Cache API, OPFS); natively every `ByteSource` is one, reading at once.
+pub trait AsyncSource {
+    fn total_len(&self) -> u64;
+    fn source_name(&self) -> String;
+    fn read<'a>(&'a self, offset: u64, len: usize) -> ReadFuture<'a>;
+}
+
+pub type ReadFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>>> + 'a>>;
+
+impl<T: ByteSource + ?Sized> AsyncSource for T {
+    fn total_len(&self) -> u64 {
+        ByteSource::len(self)
+    }
+    fn source_name(&self) -> String {
+        ByteSource::name(self)
+    }
+    fn read<'a>(&'a self, offset: u64, len: usize) -> ReadFuture<'a> {
+        Box::pin(async move {
+            let mut buf = vec![0u8; len];
+            self.read_at(offset, &mut buf)?;
+            Ok(buf)
+        })
+    }
+}
+
+/// The first bytes of a larger source, for parsing headers without reading the whole file.
+/// Reads past the prefix see zeros; callers check that what they parsed ends inside the prefix.
+pub struct PrefixSource {
+    pub data: Vec<u8>,
+    pub total: u64,
+    pub name: String,
+}
+
+impl ByteSource for PrefixSource {
+    fn len(&self) -> u64 {
+        self.total
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= self.total).ok_or_else(|| {
+            Error::io(self.name.clone(), std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past end of data"))
+        })?;
+        buf.fill(0);
+        let have = self.data.len() as u64;
+        if offset < have {
+            let n = (end.min(have) - offset) as usize;
+            buf[..n].copy_from_slice(&self.data[offset as usize..offset as usize + n]);
+        }
+        Ok(())
+    }
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+/// Read a GGUF header through an async source, fetching a growing prefix (4 MiB, then x4) until
+/// the whole header lies inside it. A broken file is reported once the prefix covers the file or
+/// 256 MiB, so a bad header never pulls a multi-gigabyte download.
+pub async fn read_gguf_header(src: &dyn AsyncSource) -> Result<super::gguf::GgufFile> {
+    const FIRST: u64 = 4 << 20;
+    const CAP: u64 = 256 << 20;
+    let total = src.total_len();
+    let mut n = total.min(FIRST);
+    loop {
+        let data = src.read(0, n as usize).await?;
+        let prefix = PrefixSource { data, total, name: src.source_name() };
+        let done = n == total || n >= CAP;
+        match super::gguf::GgufFile::read(&prefix) {
+            Ok(g) if g.data_offset <= n || done => return Ok(g),
+            Err(e) if done => return Err(e.into()),
+            _ => n = total.min(n * 4),
+        }
+    }
+}
