@@ -80,6 +80,22 @@ impl Engine {
         Ok(Engine { rt, tokenizer, template, source_name: src.source_name() })
     }
 
+    /// What a user or benchmark wants to know about the loaded engine.
+    pub fn info(&self) -> serde_json::Value {
+        serde_json::json!({
+            "source": self.source_name,
+            "adapter": self.rt.gpu.summary,
+            "config": self.rt.cfg,
+            "contextLength": self.rt.context,
+            "maxBatch": self.rt.max_batch,
+            "weightBytes": self.rt.weights.bytes,
+            "gpuBytes": self.rt.weights.bytes + self.rt.bufs.bytes,
+            "dispatchesPerToken": self.rt.decode_dispatches(),
+            "eosIds": self.tokenizer.eos_ids(),
+            "hasChatTemplate": self.template.is_some(),
+        })
+    }
+
     /// Render chat messages with the model's template (generation prompt appended) and tokenize.
     pub fn chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
         let fallback;

@@ -38,3 +38,23 @@ impl Error {
         Error::Io { path: path.into(), source }
     }
 }
+
+impl Error {
+    /// A stable name for the kind of error, for programs (the JS API sets it as `error.name`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "IoError",
+            Error::Gguf(_) => "ModelFormatError",
+            Error::Quant(_) => "ModelFormatError",
+            Error::Tokenizer(_) => "TokenizerError",
+            Error::Template(_) => "TemplateError",
+            Error::Model(_) => "ModelFormatError",
+            Error::Unsupported(_) => "UnsupportedModelError",
+            Error::NoAdapter(_) => "NoAdapterError",
+            Error::Gpu(_) => "GpuError",
+            Error::Limits(_) => "GpuLimitsError",
+            Error::InvalidOption(_) => "InvalidOptionError",
+            Error::ContextOverflow { .. } => "ContextOverflowError",
+        }
+    }
+}

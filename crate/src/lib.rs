@@ -13,3 +13,5 @@ pub mod sampler;
 pub mod engine;
 
 pub use error::{Error, Result};
+#[cfg(target_arch = "wasm32")]
+pub mod web;

@@ -1,0 +1,244 @@
+//! wasm-bindgen exports: the engine for JavaScript. The npm package (pkg-template/) wraps these
+//! in `createEngine`, a Web Worker protocol and an async token iterator; structured values cross
+//! the boundary as JSON strings so the Rust side needs no JS object plumbing.
+//!
+//! Errors reject with a JS `Error` whose `name` is `Error::kind()` (e.g. `ContextOverflowError`).
+
+use crate::chat_template::ChatMessage;
+use crate::engine::{Engine, GenerateOptions, Generation, LoadOptions};
+use crate::error::{Error, Result};
+use crate::sampler::SamplingParams;
+use crate::weights::source::{AsyncSource, ReadFuture};
+use std::cell::RefCell;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+fn js_err(e: Error) -> JsValue {
+    let err = js_sys::Error::new(&e.to_string());
+    err.set_name(e.kind());
+    err.into()
+}
+
+fn busy() -> JsValue {
+    js_err(Error::InvalidOption("the engine is busy with another call; await it first".into()))
+}
+
+/// A byte source backed by a JS object `{ size, name, read(offset, length) -> Promise<Uint8Array> }`
+/// (the package implements it over HTTP range requests and the OPFS/Cache API store).
+struct JsSource {
+    obj: JsValue,
+    size: u64,
+    name: String,
+}
+
+impl JsSource {
+    fn new(obj: JsValue) -> Result<JsSource> {
+        let get = |k: &str| js_sys::Reflect::get(&obj, &JsValue::from_str(k)).ok();
+        let size = get("size").and_then(|v| v.as_f64()).filter(|s| *s >= 0.0 && s.fract() == 0.0);
+        let size = size.ok_or_else(|| Error::InvalidOption("model source has no numeric `size`".into()))? as u64;
+        let name = get("name").and_then(|v| v.as_string()).unwrap_or_else(|| "model".into());
+        let read_ok = get("read").map(|f| f.is_function()).unwrap_or(false);
+        if !read_ok {
+            return Err(Error::InvalidOption("model source has no `read(offset, length)` function".into()));
+        }
+        Ok(JsSource { obj, size, name })
+    }
+
+    async fn read_js(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let io = |m: String| Error::io(self.name.clone(), std::io::Error::other(m));
+        let f: js_sys::Function = js_sys::Reflect::get(&self.obj, &"read".into()).map_err(|_| io("no read()".into()))?.into();
+        let p = f
+            .call2(&self.obj, &JsValue::from_f64(offset as f64), &JsValue::from_f64(len as f64))
+            .map_err(|e| io(format!("{e:?}")))?;
+        let v = JsFuture::from(js_sys::Promise::resolve(&p)).await.map_err(|e| {
+            let msg = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
+            io(msg)
+        })?;
+        let arr = js_sys::Uint8Array::new(&v);
+        if arr.length() as usize != len {
+            return Err(io(format!("read at byte {offset} returned {} bytes, expected {len}", arr.length())));
+        }
+        Ok(arr.to_vec())
+    }
+}
+
+impl AsyncSource for JsSource {
+    fn total_len(&self) -> u64 {
+        self.size
+    }
+    fn source_name(&self) -> String {
+        self.name.clone()
+    }
+    fn read<'a>(&'a self, offset: u64, len: usize) -> ReadFuture<'a> {
+        Box::pin(self.read_js(offset, len))
+    }
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct JsLoadOptions {
+    context_length: Option<usize>,
+    max_batch: Option<usize>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct JsGenerateOptions {
+    max_tokens: usize,
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    min_p: f32,
+    repetition_penalty: f32,
+    seed: Option<u64>,
+    stop_ids: Option<Vec<u32>>,
+    top_logits: usize,
+}
+
+impl Default for JsGenerateOptions {
+    fn default() -> Self {
+        let d = SamplingParams::default();
+        JsGenerateOptions {
+            max_tokens: 256,
+            temperature: d.temperature,
+            top_k: d.top_k,
+            top_p: d.top_p,
+            min_p: d.min_p,
+            repetition_penalty: d.repetition_penalty,
+            seed: None,
+            stop_ids: None,
+            top_logits: 0,
+        }
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned + Default>(json: &str, what: &str) -> Result<T> {
+    if json.trim().is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_str(json).map_err(|e| Error::InvalidOption(format!("{what}: {e}")))
+}
+
+struct State {
+    engine: Engine,
+    gen: Option<Generation>,
+}
+
+#[wasm_bindgen]
+pub struct WasmEngine {
+    inner: Rc<RefCell<State>>,
+}
+
+/// Load a GGUF model through `source` onto the browser's WebGPU device.
+/// `on_progress(phase, done, total)` is called during the upload and pipeline compilation.
+#[wasm_bindgen(js_name = loadEngine)]
+pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsValue) -> Result<WasmEngine, JsValue> {
+    let src = JsSource::new(source).map_err(js_err)?;
+    let o: JsLoadOptions = parse(&options_json, "load options").map_err(js_err)?;
+    let opts = LoadOptions { context_length: o.context_length, max_batch: o.max_batch.unwrap_or(LoadOptions::default().max_batch) };
+    let cb = on_progress.dyn_into::<js_sys::Function>().ok();
+    let mut progress = |phase: &str, done: u64, total: u64| {
+        if let Some(f) = &cb {
+            let _ = f.call3(&JsValue::NULL, &phase.into(), &(done as f64).into(), &(total as f64).into());
+        }
+    };
+    let engine = Engine::load(&src, &opts, &mut progress).await.map_err(js_err)?;
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None })) })
+}
+
+#[wasm_bindgen]
+impl WasmEngine {
+    /// JSON: adapter, model config, context length, memory and dispatch counts.
+    pub fn info(&self) -> Result<String, JsValue> {
+        let s = self.inner.try_borrow().map_err(|_| busy())?;
+        Ok(s.engine.info().to_string())
+    }
+
+    /// Token ids of `text` (special-token text matched, nothing added).
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, JsValue> {
+        let s = self.inner.try_borrow().map_err(|_| busy())?;
+        s.engine.tokenizer.encode(text).map_err(js_err)
+    }
+
+    /// Token ids for a raw prompt (BOS first when the model asks for it).
+    #[wasm_bindgen(js_name = promptIds)]
+    pub fn prompt_ids(&self, text: &str) -> Result<Vec<u32>, JsValue> {
+        let s = self.inner.try_borrow().map_err(|_| busy())?;
+        s.engine.prompt_ids(text).map_err(js_err)
+    }
+
+    /// Token ids for chat messages (JSON `[{role, content}]`) rendered with the chat template.
+    #[wasm_bindgen(js_name = chatIds)]
+    pub fn chat_ids(&self, messages_json: &str) -> Result<Vec<u32>, JsValue> {
+        let s = self.inner.try_borrow().map_err(|_| busy())?;
+        let msgs: Vec<ChatMessage> =
+            serde_json::from_str(messages_json).map_err(|e| js_err(Error::InvalidOption(format!("messages: {e}"))))?;
+        s.engine.chat_ids(&msgs).map_err(js_err)
+    }
+
+    pub fn decode(&self, ids: Vec<u32>) -> Result<String, JsValue> {
+        let s = self.inner.try_borrow().map_err(|_| busy())?;
+        s.engine.tokenizer.decode(&ids).map_err(js_err)
+    }
+
+    /// Begin a generation (runs the prompt). Options JSON: maxTokens, temperature, topK, topP,
+    /// minP, repetitionPenalty, seed, stopIds, topLogits.
+    pub fn start(&self, prompt_ids: Vec<u32>, options_json: String) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let o: JsGenerateOptions = parse(&options_json, "generate options").map_err(js_err)?;
+            let seed = o.seed.unwrap_or_else(|| (js_sys::Math::random() * 9.007e15) as u64);
+            let opts = GenerateOptions {
+                max_tokens: o.max_tokens,
+                sampling: SamplingParams {
+                    temperature: o.temperature,
+                    top_k: o.top_k,
+                    top_p: o.top_p,
+                    min_p: o.min_p,
+                    repetition_penalty: o.repetition_penalty,
+                    seed,
+                },
+                stop_ids: o.stop_ids,
+                top_logits: o.top_logits,
+            };
+            let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
+            let g = s.engine.start(&prompt_ids, &opts).await.map_err(js_err)?;
+            s.gen = Some(g);
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// The next token as JSON `{token, text, stop}`, or `null` when the generation has ended.
+    pub fn next(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
+            let State { engine, gen } = &mut *guard;
+            let Some(g) = gen.as_mut() else {
+                return Err(js_err(Error::InvalidOption("next() before start()".into())));
+            };
+            match engine.step(g).await.map_err(js_err)? {
+                Some(ev) => Ok(JsValue::from_str(&serde_json::to_string(&ev).unwrap_or_default())),
+                None => Ok(JsValue::NULL),
+            }
+        })
+    }
+
+    /// End the current generation early.
+    pub fn cancel(&self) -> Result<(), JsValue> {
+        let mut guard = self.inner.try_borrow_mut().map_err(|_| busy())?;
+        let State { engine, gen } = &mut *guard;
+        if let Some(g) = gen.as_mut() {
+            engine.cancel(g);
+        }
+        Ok(())
+    }
+
+    /// JSON of the current (or last) generation: prompt_ids, tokens, text, top_logits, stats.
+    pub fn result(&self) -> Result<String, JsValue> {
+        let s = self.inner.try_borrow().map_err(|_| busy())?;
+        let g = s.gen.as_ref().ok_or_else(|| js_err(Error::InvalidOption("no generation yet".into())))?;
+        Ok(serde_json::to_string(&g.result(s.engine.rt.decode_dispatches())).unwrap_or_default())
+    }
+}
