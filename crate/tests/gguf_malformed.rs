@@ -391,3 +391,25 @@ fn random_byte_flips_never_panic() {
     eprintln!("byte flips: {ok} parsed, {refused} refused");
     assert!(refused > 1000, "the mutations should break most files");
 }
+
+#[test]
+fn long_key_with_many_nested_arrays_stays_linear() {
+    // Error context naming the key is built per nested array; with the whole 2 MiB key copied
+    // each time this would be ~400 GB of copying.
+    let key = "k".repeat(2 << 20);
+    let n = 100_000;
+    let build = |last_ty: u32| {
+        let mut r = Raw::new(3, 0, 1).kv(&key, T_ARRAY).u32(T_ARRAY).u64(n);
+        for _ in 1..n {
+            r = r.u32(T_U8).u64(0);
+        }
+        r.u32(last_ty).u64(0).0
+    };
+    let start = std::time::Instant::now();
+    let f = read(build(T_U8)).unwrap();
+    assert_eq!(f.get(&key).and_then(|v| v.as_array()).map(|a| a.len()), Some(n as usize));
+    assert!(start.elapsed().as_secs() < 10, "{:?}", start.elapsed());
+    // The message shows the key clipped, not 2 MiB of it.
+    let e = err(build(13)).to_string();
+    assert!(e.len() < 500 && e.contains("kkkk") && e.contains("2097152 bytes"), "{}", &e[..e.len().min(500)]);
+}

@@ -243,6 +243,17 @@ impl Ty {
     }
 }
 
+/// A key or tensor name as shown in error context. Clipped because the context string is built
+/// for every array and tensor field, and a 64 MiB key copied per nested array would make parsing
+/// quadratic in the file size.
+fn clip(s: &str) -> String {
+    const SHOWN: usize = 80;
+    match s.char_indices().nth(SHOWN) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &s[..cut], s.len()),
+    }
+}
+
 fn prealloc<T>(n: u64) -> Vec<T> {
     Vec::with_capacity(n.min(PREALLOC) as usize)
 }
@@ -432,7 +443,7 @@ impl GgufFile {
         let mut meta_index = HashMap::with_capacity(n_kv.min(PREALLOC) as usize);
         for i in 0..n_kv {
             let key = r.string(&format!("metadata key #{i}"))?;
-            let what = format!("value of {key:?}");
+            let what = format!("value of {}", clip(&key));
             let ty = r.value_type(&what)?;
             let value = r.value(ty, 0, &what)?;
             if meta_index.insert(key.clone(), metadata.len()).is_some() {
@@ -461,7 +472,8 @@ impl GgufFile {
         let mut tensor_index = HashMap::with_capacity(n_tensors.min(PREALLOC) as usize);
         for i in 0..n_tensors {
             let tname = r.string(&format!("name of tensor #{i}"))?;
-            let what = |field: &str| format!("{field} of tensor {tname:?}");
+            let shown = clip(&tname);
+            let what = |field: &str| format!("{field} of tensor {shown}");
             let n_dims = r.u32(&what("dimension count"))?;
             if n_dims == 0 || n_dims > MAX_DIMS {
                 return Err(GgufError::BadDimCount { name, tensor: tname, n_dims });
