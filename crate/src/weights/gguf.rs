@@ -15,7 +15,16 @@ const MAX_NESTING: u32 = 4;
 const MAX_DIMS: u32 = 4;
 /// No real key, tensor name, token or template comes close to this.
 const MAX_STRING: u64 = 64 << 20;
-const MAX_ALIGNMENT: u64 = 1 << 20;
+pub const MAX_ALIGNMENT: u64 = 1 << 20;
+/// Upper bounds far above any real model (the largest have a few thousand tensors, ~100 keys and
+/// ~1.5M metadata array elements in all), so that a corrupt count in a multi-gigabyte file cannot
+/// make us parse gigabytes of tensor data as metadata and build a tree many times its size.
+pub const MAX_TENSORS: u64 = 1 << 20;
+pub const MAX_KV: u64 = 1 << 20;
+pub const MAX_ARRAY_ELEMENTS: u64 = 1 << 24;
+/// Vectors sized from a count start no larger than this and grow as items actually parse, so a
+/// count that passes the bounds above still cannot reserve memory the data does not back.
+const PREALLOC: u64 = 1 << 12;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
@@ -35,10 +44,12 @@ pub enum GgufError {
     StringTooLong { name: String, what: String, len: u64, offset: u64 },
     #[error("{name}: {what} at byte {offset} is not valid UTF-8")]
     InvalidUtf8 { name: String, what: String, offset: u64 },
-    #[error("{name}: metadata value type {ty} at byte {offset} is not a GGUF value type")]
-    InvalidValueType { name: String, ty: u32, offset: u64 },
-    #[error("{name}: arrays nested deeper than {MAX_NESTING} at byte {offset}")]
-    NestingTooDeep { name: String, offset: u64 },
+    #[error("{name}: {what}: value type {ty} at byte {offset} is not a GGUF value type")]
+    InvalidValueType { name: String, what: String, ty: u32, offset: u64 },
+    #[error("{name}: {what}: arrays nested deeper than {MAX_NESTING} at byte {offset}")]
+    NestingTooDeep { name: String, what: String, offset: u64 },
+    #[error("{name}: {what} count {count} at byte {offset} exceeds the limit of {limit}")]
+    LimitExceeded { name: String, what: String, count: u64, limit: u64, offset: u64 },
     #[error("{name}: duplicate metadata key {key:?}")]
     DuplicateKey { name: String, key: String },
     #[error("{name}: general.alignment = {value} is not a power of two between 1 and {MAX_ALIGNMENT}")]
@@ -189,9 +200,63 @@ struct Reader<'a> {
     pos: u64,
     buf: Vec<u8>,
     buf_start: u64,
+    /// Metadata array elements still allowed (see `MAX_ARRAY_ELEMENTS`).
+    elements_left: u64,
 }
 
 const CHUNK: u64 = 1 << 16;
+
+/// GGUF metadata value types, by their on-disk id.
+#[derive(Clone, Copy)]
+enum Ty {
+    U8,
+    I8,
+    U16,
+    I16,
+    U32,
+    I32,
+    F32,
+    Bool,
+    String,
+    Array,
+    U64,
+    I64,
+    F64,
+}
+
+impl Ty {
+    fn from_u32(v: u32) -> Option<Ty> {
+        use Ty::*;
+        [U8, I8, U16, I16, U32, I32, F32, Bool, String, Array, U64, I64, F64].get(v as usize).copied()
+    }
+
+    /// Smallest encoded size, used to bound array counts by the bytes that remain.
+    fn min_size(self) -> u64 {
+        match self {
+            Ty::U8 | Ty::I8 | Ty::Bool => 1,
+            Ty::U16 | Ty::I16 => 2,
+            Ty::U32 | Ty::I32 | Ty::F32 => 4,
+            Ty::U64 | Ty::I64 | Ty::F64 => 8,
+            Ty::String => 8,    // its u64 length
+            Ty::Array => 4 + 8, // element type + count
+        }
+    }
+}
+
+/// A key or tensor name as shown in error context. Clipped because the context string is built
+/// for every array and tensor field, and a 64 MiB key copied per nested array would make parsing
+/// quadratic in the file size.
+fn clip(s: &str) -> String {
+    const SHOWN: usize = 80;
+    match s.char_indices().nth(SHOWN) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &s[..cut], s.len()),
+    }
+}
+
+fn prealloc<T>(n: u64) -> Vec<T> {
+    Vec::with_capacity(n.min(PREALLOC) as usize)
+}
 
 impl<'a> Reader<'a> {
     fn remaining(&self) -> u64 {
@@ -208,14 +273,14 @@ impl<'a> Reader<'a> {
         }
         let in_buf = self.pos >= self.buf_start && self.pos + n <= self.buf_start + self.buf.len() as u64;
         if !in_buf {
-            let want = n.max(CHUNK).min(self.len - self.pos);
+            let want = n.max(CHUNK).min(self.remaining());
             self.buf.resize(want as usize, 0);
-            self.src.read_at(self.pos, &mut self.buf).map_err(|e| GgufError::Io {
-                name: self.name.clone(),
-                offset: self.pos,
-                msg: e.to_string(),
-            })?;
             self.buf_start = self.pos;
+            if let Err(e) = self.src.read_at(self.pos, &mut self.buf) {
+                // A failed read must not leave bytes that look buffered.
+                self.buf.clear();
+                return Err(GgufError::Io { name: self.name.clone(), offset: self.pos, msg: e.to_string() });
+            }
         }
         let s = (self.pos - self.buf_start) as usize;
         self.pos += n;
@@ -223,7 +288,9 @@ impl<'a> Reader<'a> {
     }
 
     fn arr<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
-        Ok(self.bytes(N as u64, what)?.try_into().unwrap())
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.bytes(N as u64, what)?);
+        Ok(out)
     }
     fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
         Ok(u32::from_le_bytes(self.arr(what)?))
@@ -232,13 +299,29 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.arr(what)?))
     }
 
-    /// A count of items each at least `min_item` bytes long must fit in what remains.
-    fn count(&mut self, what: &str, min_item: u64) -> Result<u64, GgufError> {
+    /// A count of items each at least `min_item` bytes long: it must fit in what remains and
+    /// stay within `limit`.
+    fn count(&mut self, what: &str, min_item: u64, limit: u64) -> Result<u64, GgufError> {
         let offset = self.pos;
         let count = self.u64(what)?;
         let remaining = self.remaining();
-        if count.checked_mul(min_item).map_or(true, |b| b > remaining) {
-            return Err(GgufError::CountTooLarge { name: self.name.clone(), what: what.to_string(), count, offset, remaining });
+        if count.checked_mul(min_item).is_none_or(|b| b > remaining) {
+            return Err(GgufError::CountTooLarge {
+                name: self.name.clone(),
+                what: what.to_string(),
+                count,
+                offset,
+                remaining,
+            });
+        }
+        if count > limit {
+            return Err(GgufError::LimitExceeded {
+                name: self.name.clone(),
+                what: what.to_string(),
+                count,
+                limit,
+                offset,
+            });
         }
         Ok(count)
     }
@@ -250,54 +333,73 @@ impl<'a> Reader<'a> {
             return Err(GgufError::StringTooLong { name: self.name.clone(), what: what.to_string(), len, offset });
         }
         let bytes = self.bytes(len, what)?.to_vec();
-        String::from_utf8(bytes).map_err(|_| GgufError::InvalidUtf8 { name: self.name.clone(), what: what.to_string(), offset })
+        String::from_utf8(bytes).map_err(|_| GgufError::InvalidUtf8 {
+            name: self.name.clone(),
+            what: what.to_string(),
+            offset,
+        })
     }
 
-    /// Smallest encoded size of a value of type `ty`, used to bound array counts.
-    fn min_size(ty: u32) -> u64 {
-        match ty {
-            0 | 1 | 7 => 1,
-            2 | 3 => 2,
-            4 | 5 | 6 => 4,
-            10 | 11 | 12 => 8,
-            8 => 8,       // string: its u64 length
-            9 => 4 + 8,   // array: type + count
-            _ => 1,
-        }
+    fn value_type(&mut self, what: &str) -> Result<Ty, GgufError> {
+        let offset = self.pos;
+        let ty = self.u32(what)?;
+        Ty::from_u32(ty).ok_or_else(|| GgufError::InvalidValueType {
+            name: self.name.clone(),
+            what: what.to_string(),
+            ty,
+            offset,
+        })
     }
 
-    fn value(&mut self, ty: u32, depth: u32, what: &str) -> Result<Value, GgufError> {
+    fn value(&mut self, ty: Ty, depth: u32, what: &str) -> Result<Value, GgufError> {
         Ok(match ty {
-            0 => Value::U8(self.arr::<1>(what)?[0]),
-            1 => Value::I8(self.arr::<1>(what)?[0] as i8),
-            2 => Value::U16(u16::from_le_bytes(self.arr(what)?)),
-            3 => Value::I16(i16::from_le_bytes(self.arr(what)?)),
-            4 => Value::U32(self.u32(what)?),
-            5 => Value::I32(i32::from_le_bytes(self.arr(what)?)),
-            6 => Value::F32(f32::from_le_bytes(self.arr(what)?)),
-            7 => Value::Bool(self.arr::<1>(what)?[0] != 0),
-            8 => Value::String(self.string(what)?),
-            9 => {
+            Ty::U8 => Value::U8(self.arr::<1>(what)?[0]),
+            Ty::I8 => Value::I8(self.arr::<1>(what)?[0] as i8),
+            Ty::U16 => Value::U16(u16::from_le_bytes(self.arr(what)?)),
+            Ty::I16 => Value::I16(i16::from_le_bytes(self.arr(what)?)),
+            Ty::U32 => Value::U32(self.u32(what)?),
+            Ty::I32 => Value::I32(i32::from_le_bytes(self.arr(what)?)),
+            Ty::F32 => Value::F32(f32::from_le_bytes(self.arr(what)?)),
+            Ty::Bool => Value::Bool(self.arr::<1>(what)?[0] != 0),
+            Ty::String => Value::String(self.string(what)?),
+            Ty::Array => {
                 if depth >= MAX_NESTING {
-                    return Err(GgufError::NestingTooDeep { name: self.name.clone(), offset: self.pos });
+                    return Err(GgufError::NestingTooDeep {
+                        name: self.name.clone(),
+                        what: what.to_string(),
+                        offset: self.pos,
+                    });
                 }
-                let ty_off = self.pos;
-                let elem = self.u32(what)?;
-                if elem > 12 {
-                    return Err(GgufError::InvalidValueType { name: self.name.clone(), ty: elem, offset: ty_off });
-                }
-                let n = self.count(&format!("{what} array"), Self::min_size(elem))?;
-                let mut items = Vec::with_capacity(n as usize);
+                let elem = self.value_type(&format!("{what}: array element type"))?;
+                let n = self.count(&format!("{what}: array element"), elem.min_size(), self.elements_left)?;
+                self.elements_left -= n;
+                let mut items = prealloc(n);
                 for _ in 0..n {
                     items.push(self.value(elem, depth + 1, what)?);
                 }
                 Value::Array(items)
             }
-            10 => Value::U64(self.u64(what)?),
-            11 => Value::I64(i64::from_le_bytes(self.arr(what)?)),
-            12 => Value::F64(f64::from_le_bytes(self.arr(what)?)),
-            _ => unreachable!("value types are checked by the caller"),
+            Ty::U64 => Value::U64(self.u64(what)?),
+            Ty::I64 => Value::I64(i64::from_le_bytes(self.arr(what)?)),
+            Ty::F64 => Value::F64(f64::from_le_bytes(self.arr(what)?)),
         })
+    }
+}
+
+/// What a file that does not start with the magic looks like, for the error message.
+fn magic_hint(src: &dyn ByteSource, len: u64) -> &'static str {
+    let mut peek = vec![0u8; len.min(64) as usize];
+    if src.read_at(0, &mut peek).is_err() {
+        return "";
+    }
+    let text = String::from_utf8_lossy(&peek);
+    let text = text.trim_start_matches('\u{feff}').trim_start();
+    if text.starts_with('<') {
+        "; this looks like an HTML page, e.g. an error page served instead of the model"
+    } else if text.starts_with('{') || text.starts_with('[') {
+        "; this looks like JSON, e.g. an error response or a safetensors index"
+    } else {
+        ""
     }
 }
 
@@ -310,40 +412,40 @@ impl GgufFile {
         if len == 0 {
             return Err(GgufError::Empty { name });
         }
-        let mut r = Reader { src, name: name.clone(), len, pos: 0, buf: Vec::new(), buf_start: 0 };
+        let mut r = Reader {
+            src,
+            name: name.clone(),
+            len,
+            pos: 0,
+            buf: Vec::new(),
+            buf_start: 0,
+            elements_left: MAX_ARRAY_ELEMENTS,
+        };
         let head = r.bytes(len.min(4), "magic")?.to_vec();
         if head.as_slice() != MAGIC {
-            let mut peek = vec![0u8; len.min(64) as usize];
-            let _ = src.read_at(0, &mut peek);
-            let text = String::from_utf8_lossy(&peek).trim_start().to_ascii_lowercase();
-            let hint = if text.starts_with('<') {
-                "; this looks like an HTML page, e.g. an error page served instead of the model"
-            } else if text.starts_with('{') {
-                "; this looks like JSON, e.g. an error response or a safetensors index"
-            } else {
-                ""
-            };
-            return Err(GgufError::BadMagic { name, found: String::from_utf8_lossy(&head).escape_debug().to_string(), hint });
+            if MAGIC.starts_with(&head) {
+                r.pos = 0;
+                return Err(r.truncated("magic", 4));
+            }
+            let found = String::from_utf8_lossy(&head).escape_debug().to_string();
+            return Err(GgufError::BadMagic { name, found, hint: magic_hint(src, len) });
         }
         let version = r.u32("version")?;
         if !(2..=3).contains(&version) {
             return Err(GgufError::UnsupportedVersion { name, version });
         }
         // Smallest tensor info: empty name (8) + n_dims (4) + one dim (8) + type (4) + offset (8).
-        let n_tensors = r.count("tensor", 32)?;
+        let n_tensors = r.count("tensor", 32, MAX_TENSORS)?;
         // Smallest key/value: empty key (8) + type (4) + a one-byte value.
-        let n_kv = r.count("metadata key/value", 13)?;
+        let n_kv = r.count("metadata key/value", 13, MAX_KV)?;
 
-        let mut metadata = Vec::with_capacity(n_kv as usize);
-        let mut meta_index = HashMap::with_capacity(n_kv as usize);
-        for _ in 0..n_kv {
-            let key = r.string("metadata key")?;
-            let ty_off = r.pos;
-            let ty = r.u32("metadata value type")?;
-            if ty > 12 {
-                return Err(GgufError::InvalidValueType { name, ty, offset: ty_off });
-            }
-            let value = r.value(ty, 0, &format!("value of {key:?}"))?;
+        let mut metadata = prealloc(n_kv);
+        let mut meta_index = HashMap::with_capacity(n_kv.min(PREALLOC) as usize);
+        for i in 0..n_kv {
+            let key = r.string(&format!("metadata key #{i}"))?;
+            let what = format!("value of {}", clip(&key));
+            let ty = r.value_type(&what)?;
+            let value = r.value(ty, 0, &what)?;
             if meta_index.insert(key.clone(), metadata.len()).is_some() {
                 return Err(GgufError::DuplicateKey { name, key });
             }
@@ -366,30 +468,36 @@ impl GgufFile {
             }
         };
 
-        let mut infos = Vec::with_capacity(n_tensors as usize);
-        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
-        for _ in 0..n_tensors {
-            let tname = r.string("tensor name")?;
-            let n_dims = r.u32("tensor dimension count")?;
+        let mut infos: Vec<TensorInfo> = prealloc(n_tensors);
+        let mut tensor_index = HashMap::with_capacity(n_tensors.min(PREALLOC) as usize);
+        for i in 0..n_tensors {
+            let tname = r.string(&format!("name of tensor #{i}"))?;
+            let shown = clip(&tname);
+            let what = |field: &str| format!("{field} of tensor {shown}");
+            let n_dims = r.u32(&what("dimension count"))?;
             if n_dims == 0 || n_dims > MAX_DIMS {
                 return Err(GgufError::BadDimCount { name, tensor: tname, n_dims });
             }
             let mut dims = Vec::with_capacity(n_dims as usize);
             for _ in 0..n_dims {
-                dims.push(r.u64("tensor dimension")?);
+                dims.push(r.u64(&what("dimension"))?);
             }
-            let ty_id = r.u32("tensor type")?;
-            let rel = r.u64("tensor offset")?;
-            let ty = GgmlType::from_u32(ty_id)
-                .ok_or_else(|| GgufError::UnknownTensorType { name: name.clone(), tensor: tname.clone(), ty: ty_id })?;
+            let ty_id = r.u32(&what("type"))?;
+            let rel = r.u64(&what("data offset"))?;
+            let ty = GgmlType::from_u32(ty_id).ok_or_else(|| GgufError::UnknownTensorType {
+                name: name.clone(),
+                tensor: tname.clone(),
+                ty: ty_id,
+            })?;
             if dims.contains(&0) {
                 return Err(GgufError::BadShape { name, tensor: tname, dims, why: "a dimension is zero" });
             }
+            // 2^53 keeps element counts exact as f64 and byte counts far from overflow.
             let n_elements = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
             let Some(n_elements) = n_elements.filter(|&n| n < (1u64 << 53)) else {
                 return Err(GgufError::BadShape { name, tensor: tname, dims, why: "element count overflows" });
             };
-            if dims[0] % ty.block_size() != 0 {
+            if !dims[0].is_multiple_of(ty.block_size()) {
                 return Err(GgufError::NotBlockAligned {
                     name,
                     tensor: tname,
@@ -398,8 +506,10 @@ impl GgufFile {
                     block: ty.block_size(),
                 });
             }
-            let n_bytes = ty.bytes_for(n_elements).expect("block-aligned element count");
-            if rel % alignment != 0 {
+            let Some(n_bytes) = ty.bytes_for(n_elements) else {
+                return Err(GgufError::BadShape { name, tensor: tname, dims, why: "byte size overflows" });
+            };
+            if !rel.is_multiple_of(alignment) {
                 return Err(GgufError::MisalignedTensor { name, tensor: tname, offset: rel, alignment });
             }
             if tensor_index.insert(tname.clone(), infos.len()).is_some() {
@@ -408,7 +518,8 @@ impl GgufFile {
             infos.push(TensorInfo { name: tname, dims, ty, offset: rel, n_bytes, n_elements });
         }
 
-        let data_offset = r.pos.div_ceil(alignment) * alignment;
+        // pos <= len, so this only fails for a source claiming a length near u64::MAX.
+        let data_offset = r.pos.checked_next_multiple_of(alignment).unwrap_or(u64::MAX);
         for t in &mut infos {
             let start = data_offset.checked_add(t.offset);
             let end = start.and_then(|s| s.checked_add(t.n_bytes));
@@ -434,7 +545,17 @@ impl GgufFile {
             }
         }
 
-        Ok(GgufFile { name, version, alignment, data_offset, file_len: len, metadata, tensors: infos, meta_index, tensor_index })
+        Ok(GgufFile {
+            name,
+            version,
+            alignment,
+            data_offset,
+            file_len: len,
+            metadata,
+            tensors: infos,
+            meta_index,
+            tensor_index,
+        })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -445,7 +566,12 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
-    fn typed<'v, T>(&'v self, key: &str, expected: &'static str, f: impl Fn(&'v Value) -> Option<T>) -> Result<Option<T>, GgufError> {
+    fn typed<'v, T>(
+        &'v self,
+        key: &str,
+        expected: &'static str,
+        f: impl Fn(&'v Value) -> Option<T>,
+    ) -> Result<Option<T>, GgufError> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => f(v).map(Some).ok_or_else(|| GgufError::WrongValueType {
@@ -484,7 +610,14 @@ impl GgufFile {
 
     /// Read one tensor's raw bytes.
     pub fn read_tensor(&self, src: &dyn ByteSource, t: &TensorInfo) -> crate::Result<Vec<u8>> {
-        let mut buf = vec![0u8; t.n_bytes as usize];
+        // On wasm32 a tensor over 4 GiB cannot be held at all; say so rather than truncate.
+        let n = usize::try_from(t.n_bytes).map_err(|_| {
+            crate::Error::io(
+                src.name(),
+                std::io::Error::other(format!("tensor {:?} ({} bytes) exceeds the address space", t.name, t.n_bytes)),
+            )
+        })?;
+        let mut buf = vec![0u8; n];
         src.read_at(t.offset, &mut buf)?;
         Ok(buf)
     }

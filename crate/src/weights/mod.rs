@@ -2,6 +2,7 @@
 
 pub mod source;
 pub mod gguf;
+pub mod gguf_write;
 pub mod quant;
 pub mod kquants;
 pub mod pack;
