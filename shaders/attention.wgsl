@@ -16,10 +16,11 @@ override CTX: u32;
 override SCALE: f32;
 override SOFTCAP: f32 = 0.0;   // 0: off; else scores = SOFTCAP * tanh(scores / SOFTCAP)
 override WINDOW: u32 = 0u;     // 0: full causal; else only the last WINDOW positions
+override QSTRIDE: u32;        // floats between tokens' q rows (q sits first in each [q; k; v] row)
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> v_cache: array<u32>;
+@group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;  // the layer's KV buffer, k half
+@group(0) @binding(2) var<storage, read> v_cache: array<u32>;        // the same buffer, v half at V_BASE
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
@@ -42,7 +43,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (WINDOW > 0u && end > WINDOW) {
         start = end - WINDOW;
     }
-    let qbase = (t * NH + h) * HD;
+    let qbase = t * QSTRIDE + h * HD;
+    let obase = (t * NH + h) * HD;
+    let v_base = NKV * CTX * (HD / 2u);
     if (tid < HD / 4u) {
         let i = qbase + 4u * tid;
         q_sh[tid] = vec4<f32>(q[i], q[i + 1u], q[i + 2u], q[i + 3u]) * SCALE;
@@ -87,7 +90,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         for (var i = 0u; i < n; i++) {
             let p = exp(p_sh[i] - m);
             l += p;
-            let vb = (kv_row0 + c + i) * words;
+            let vb = v_base + (kv_row0 + c + i) * words;
             if (tid < words) {
                 acc0 += p * unpack2x16float(v_cache[vb + tid]);
             }
@@ -99,11 +102,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     let inv = 1.0 / l;
     if (tid < words) {
-        out[qbase + 2u * tid] = acc0.x * inv;
-        out[qbase + 2u * tid + 1u] = acc0.y * inv;
+        out[obase + 2u * tid] = acc0.x * inv;
+        out[obase + 2u * tid + 1u] = acc0.y * inv;
     }
     if (tid + 64u < words) {
-        out[qbase + 2u * (tid + 64u)] = acc1.x * inv;
-        out[qbase + 2u * (tid + 64u) + 1u] = acc1.y * inv;
+        out[obase + 2u * (tid + 64u)] = acc1.x * inv;
+        out[obase + 2u * (tid + 64u) + 1u] = acc1.y * inv;
     }
 }

@@ -1,5 +1,6 @@
-// h = act(gate) * up, elementwise over [n_tokens, F]: SiLU (Llama, Qwen, Phi-3) or
-// GELU with the tanh approximation (Gemma).
+// Prefill GLU: h[t, j] = act(gate[t, j]) * up[t, j], where each token's row of `gu` holds the
+// gate outputs then the up outputs ([gate; up] is one concatenated matrix).
+// SiLU (Llama, Qwen, Phi-3) or GELU with the tanh approximation (Gemma).
 
 struct Step {
     n_tokens: u32,
@@ -11,8 +12,8 @@ struct Step {
 override F: u32;
 override GELU: bool = false;
 
-@group(0) @binding(0) var<storage, read_write> gate: array<f32>;
-@group(0) @binding(1) var<storage, read> up: array<f32>;
+@group(0) @binding(0) var<storage, read> gu: array<f32>;
+@group(0) @binding(1) var<storage, read_write> h: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
 @compute @workgroup_size(256)
@@ -21,12 +22,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= step.n_tokens * F) {
         return;
     }
-    let g = gate[i];
+    let t = i / F;
+    let j = i % F;
+    let g = gu[t * 2u * F + j];
+    let u = gu[t * 2u * F + F + j];
     var a: f32;
     if (GELU) {
         a = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
     } else {
         a = g / (1.0 + exp(-g));
     }
-    gate[i] = a * up[i];
+    h[i] = a * u;
 }

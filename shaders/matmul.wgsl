@@ -13,6 +13,7 @@ override K: u32;
 override N: u32;
 override ACCUMULATE: bool = false;
 override HAS_BIAS: bool = false;
+override BIAS_OFF: u32 = 0u;   // bias offset in `vecs`
 
 const BM: u32 = 64u;
 const BN: u32 = 64u;
@@ -20,7 +21,7 @@ const BK: u32 = 32u;
 
 @group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]
@@ -88,7 +89,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             }
             var v = acc[i][j];
             if (HAS_BIAS) {
-                v += bias[n];
+                v += vecs[BIAS_OFF + n];
             }
             let o = m * N + n;
             if (ACCUMULATE) {

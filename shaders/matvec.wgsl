@@ -1,5 +1,9 @@
-// y[m, n] (+)= sum_k x[m, k] * W[n, k] (+ bias[n]) for a few activation rows (decode).
-// ROWS output rows per workgroup, each reduced by 64 threads; weights come through load8.
+// Decode matrix-vector product, y = W · x for one token, with optional fusions:
+//   NORM: x is RMS-normalized on the fly (x / rms(x) * (nw + NW_OFFSET)); the sum of squares
+//         is reduced alongside the dot products, so the norm costs no extra dispatch.
+//   EPI 0: y[n] = v (+ bias)         EPI 1: y[n] += v (residual add)
+//   EPI 2: GLU: y[j] = act(gate_j) * up_j with gate rows [0, N/2) and up rows [N/2, N).
+// Eight dot rows per workgroup, 32 threads per row, reduced by `reduce` (reduce_*.wgsl).
 
 struct Step {
     n_tokens: u32,
@@ -10,50 +14,103 @@ struct Step {
 
 override K: u32;
 override N: u32;
-override ACCUMULATE: bool = false;
+override EPI: u32 = 0u;
+override NORM: bool = false;
+override EPS: f32 = 1e-5;
+override NW_OFFSET: f32 = 0.0;
+override NW_OFF: u32 = 0u;       // norm weight offset in `vecs`
 override HAS_BIAS: bool = false;
+override BIAS_OFF: u32 = 0u;     // bias offset in `vecs`
+override GELU: bool = false;
 
-const WG: u32 = 256u;
-const TPR: u32 = 64u;
-const ROWS: u32 = WG / TPR;
+const TPR: u32 = 32u;
+const R: u32 = 8u;
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> partial: array<f32, WG>;
+var<workgroup> rows_out: array<f32, 8>;
+
+fn nw8(k: u32) -> W8 {
+    var r: W8;
+    let b = NW_OFF + k;
+    r.lo = vec4<f32>(vecs[b], vecs[b + 1u], vecs[b + 2u], vecs[b + 3u]) + NW_OFFSET;
+    r.hi = vec4<f32>(vecs[b + 4u], vecs[b + 5u], vecs[b + 6u], vecs[b + 7u]) + NW_OFFSET;
+    return r;
+}
+
+// Which matrix row dot-row `d` (0..R) of workgroup `wg` computes, and whether it exists.
+fn row_of(wg: u32, d: u32) -> u32 {
+    if (EPI == 2u) {
+        let j = wg * (R / 2u) + d % (R / 2u);
+        return j + (d / (R / 2u)) * (N / 2u);
+    }
+    return wg * R + d;
+}
+
+fn row_valid(wg: u32, d: u32) -> bool {
+    if (EPI == 2u) {
+        return wg * (R / 2u) + d % (R / 2u) < N / 2u;
+    }
+    return wg * R + d < N;
+}
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wg.x * ROWS + lid / TPR;
+fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wgid.x + wgid.y * nwg.x;
+    let d = lid / TPR;
     let t = lid % TPR;
-    let m = wg.y;
+    let valid = row_valid(wg, d);
+    let row = row_of(wg, d);
     var acc = 0.0;
-    if (row < N && m < step.n_tokens) {
-        let xbase = m * (K / 4u);
+    var ss = 0.0;
+    if (valid) {
         for (var k8 = t; k8 < K / 8u; k8 += TPR) {
+            var a0 = x[2u * k8];
+            var a1 = x[2u * k8 + 1u];
+            if (NORM) {
+                ss += dot(a0, a0) + dot(a1, a1);
+                let nw = nw8(k8 * 8u);
+                a0 *= nw.lo;
+                a1 *= nw.hi;
+            }
             let w = load8(row * K + k8 * 8u);
-            acc += dot(w.lo, x[xbase + 2u * k8]) + dot(w.hi, x[xbase + 2u * k8 + 1u]);
+            acc += dot(w.lo, a0) + dot(w.hi, a1);
         }
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            partial[lid] += partial[lid + s];
+    let s = reduce(vec2<f32>(acc, ss), lid);
+    var v = s.x;
+    if (NORM) {
+        v *= 1.0 / sqrt(s.y / f32(K) + EPS);
+    }
+    if (HAS_BIAS) {
+        v += vecs[BIAS_OFF + row];
+    }
+    if (EPI == 2u) {
+        if (t == 0u) {
+            rows_out[d] = v;
         }
         workgroupBarrier();
+        if (t == 0u && d < R / 2u && valid) {
+            let g = rows_out[d];
+            let u = rows_out[d + R / 2u];
+            var a: f32;
+            if (GELU) {
+                a = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+            } else {
+                a = g / (1.0 + exp(-g));
+            }
+            y[row] = a * u;
+        }
+        return;
     }
-    if (t == 0u && row < N && m < step.n_tokens) {
-        var v = partial[lid];
-        if (HAS_BIAS) {
-            v += bias[row];
+    if (t == 0u && valid) {
+        if (EPI == 1u) {
+            v += y[row];
         }
-        let o = m * N + row;
-        if (ACCUMULATE) {
-            v += y[o];
-        }
-        y[o] = v;
+        y[row] = v;
     }
 }

@@ -1,4 +1,5 @@
-// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * (w + W_OFFSET), one workgroup per row.
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * (w + W_OFFSET), one workgroup per row;
+// w is read from the layer's `vecs` buffer at NW_OFF.
 // LAST_ONLY normalizes just the last token's row (the LM head needs nothing else).
 
 struct Step {
@@ -12,9 +13,10 @@ override H: u32;
 override EPS: f32;
 override W_OFFSET: f32 = 0.0;
 override LAST_ONLY: bool = false;
+override NW_OFF: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(1) var<storage, read> vecs: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
@@ -45,6 +47,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     let inv = 1.0 / sqrt(partial[0] / f32(H) + EPS);
     for (var i = lid; i < H; i += 256u) {
-        y[out_row * H + i] = x[row * H + i] * inv * (w[i] + W_OFFSET);
+        y[out_row * H + i] = x[row * H + i] * inv * (vecs[NW_OFF + i] + W_OFFSET);
     }
 }

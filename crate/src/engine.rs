@@ -10,6 +10,9 @@ use crate::sampler::{self, Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::weights::{read_gguf_header, AsyncSource};
 
+/// Greedy decode steps queued on the GPU ahead of the one being read back.
+const PIPELINE_DEPTH: usize = 2;
+
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
     /// KV cache length in tokens; default min(model's training context, 4096).
@@ -36,6 +39,7 @@ pub struct Runtime {
     decode: Program,
     prefill: Program,
     readback: wgpu::Buffer,
+    token_readback: Vec<wgpu::Buffer>,
     pub context: usize,
     pub max_batch: usize,
     /// Tokens currently in the KV cache.
@@ -75,8 +79,9 @@ impl Engine {
         let prefill = forward::build(&gpu, &cfg, &weights, &bufs, context, true)?;
         progress("compile", 2, 2);
         let readback = gpu.readback_buffer("logits readback", cfg.vocab as u64 * 4);
+        let token_readback = (0..forward::TOKEN_SLOTS).map(|i| gpu.readback_buffer(&format!("token {i}"), 4)).collect();
         gpu.check()?;
-        let rt = Runtime { gpu, cfg, weights, bufs, decode, prefill, readback, context, max_batch, pos: 0 };
+        let rt = Runtime { gpu, cfg, weights, bufs, decode, prefill, readback, token_readback, context, max_batch, pos: 0 };
         Ok(Engine { rt, tokenizer, template, source_name: src.source_name() })
     }
 
@@ -127,6 +132,7 @@ impl Engine {
     /// model. Then call `step` until it returns `None`.
     pub async fn start(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation> {
         let sampler = Sampler::new(opts.sampling.clone())?;
+        let gpu_greedy = opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0 && !opts.cpu_sampling;
         if prompt.len() >= self.rt.context {
             return Err(Error::ContextOverflow { tokens: prompt.len(), max_new: opts.max_tokens, context: self.rt.context });
         }
@@ -145,6 +151,10 @@ impl Engine {
             tokens: Vec::new(),
             text: String::new(),
             logits: Some(logits),
+            gpu_greedy,
+            feed: None,
+            inflight: std::collections::VecDeque::new(),
+            submitted: 0,
             decoder: self.tokenizer.stream(),
             top_logits,
             stop_reason: None,
@@ -163,17 +173,39 @@ impl Engine {
         if g.tokens.len() >= g.max_tokens {
             return Ok(g.finish(StopReason::Length));
         }
-        let logits = match g.logits.take() {
-            Some(l) => l,
-            None => {
-                if self.rt.pos >= self.rt.context {
-                    return Ok(g.finish(StopReason::Context));
-                }
-                let last = *g.history.last().expect("history holds the prompt");
-                self.rt.forward(&[last]).await?
+        let id = if let Some(logits) = g.logits.take() {
+            // The first token comes from the prompt's logits (which also give top_logits).
+            let id = g.sampler.sample(&logits, &g.history);
+            g.feed = Some(id);
+            id
+        } else if g.gpu_greedy {
+            // Keep a few steps queued on the GPU: each one's argmax feeds the next, and the
+            // CPU reads the chosen ids back one step behind.
+            while g.inflight.len() < PIPELINE_DEPTH
+                && g.tokens.len() + g.inflight.len() < g.max_tokens
+                && self.rt.pos < self.rt.context
+            {
+                let slot = g.submitted % forward::TOKEN_SLOTS;
+                let sub = self.rt.submit_greedy(g.feed.take(), slot)?;
+                g.inflight.push_back((slot, sub));
+                g.submitted += 1;
             }
+            let Some((slot, sub)) = g.inflight.pop_front() else {
+                return Ok(g.finish(StopReason::Context));
+            };
+            let id = self.rt.read_token(slot, sub).await?;
+            if id as usize >= self.rt.cfg.vocab {
+                return Err(Error::Gpu(format!("the GPU sampler returned token {id}, outside the vocabulary")));
+            }
+            id
+        } else {
+            if self.rt.pos >= self.rt.context {
+                return Ok(g.finish(StopReason::Context));
+            }
+            let last = *g.history.last().expect("history holds the prompt");
+            let logits = self.rt.forward(&[last]).await?;
+            g.sampler.sample(&logits, &g.history)
         };
-        let id = g.sampler.sample(&logits, &g.history);
         g.tokens.push(id);
         g.history.push(id);
         g.decode_ms = now_ms() - g.decode_start_ms;
@@ -236,6 +268,12 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     pub text: String,
     logits: Option<Vec<f32>>,
+    /// Greedy decoding with the token chosen on the GPU (no logits read back per token).
+    gpu_greedy: bool,
+    /// A CPU-chosen token the next GPU step must embed.
+    feed: Option<u32>,
+    inflight: std::collections::VecDeque<(usize, wgpu::SubmissionIndex)>,
+    submitted: usize,
     decoder: StreamDecoder,
     pub top_logits: Vec<(u32, f32)>,
     pub stop_reason: Option<StopReason>,
@@ -273,9 +311,31 @@ impl Generation {
 }
 
 impl Runtime {
-    /// Run `ids` through the model after the tokens already cached, returning the logits of
-    /// the last one. Long inputs go through in chunks of `max_batch`.
-    pub async fn forward(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+    /// Record and submit one step over `ids` (or, with `None`, over the token the GPU sampled
+    /// in the previous step), copying the sampled token to readback `slot` and, if asked, the
+    /// logits to the logits readback buffer.
+    fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool) -> wgpu::SubmissionIndex {
+        let n = ids.map_or(1, |i| i.len()) as u32;
+        let gpu = &self.gpu;
+        if let Some(ids) = ids {
+            gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(ids));
+        }
+        gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n, self.pos as u32, slot as u32, 0]));
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            let program = if n == 1 { &self.decode } else { &self.prefill };
+            program.record(&mut pass, n);
+        }
+        if copy_logits {
+            enc.copy_buffer_to_buffer(&self.bufs.logits, 0, &self.readback, 0, self.cfg.vocab as u64 * 4);
+        }
+        enc.copy_buffer_to_buffer(&self.bufs.tokens, slot as u64 * 4, &self.token_readback[slot], 0, 4);
+        self.pos += n as usize;
+        gpu.queue.submit([enc.finish()])
+    }
+
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
         if ids.is_empty() {
             return Err(Error::InvalidOption("the prompt is empty: at least one token is needed".into()));
         }
@@ -285,31 +345,49 @@ impl Runtime {
         if self.pos + ids.len() > self.context {
             return Err(Error::ContextOverflow { tokens: self.pos + ids.len(), max_new: 0, context: self.context });
         }
+        Ok(())
+    }
+
+    /// Run `ids` through the model after the tokens already cached, returning the logits of
+    /// the last one. Long inputs go through in chunks of `max_batch`.
+    pub async fn forward(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        self.check_ids(ids)?;
         let chunks: Vec<&[u32]> = ids.chunks(self.max_batch).collect();
+        let mut last = None;
         for (i, chunk) in chunks.iter().enumerate() {
-            let last = i + 1 == chunks.len();
-            let n = chunk.len() as u32;
-            let gpu = &self.gpu;
-            gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(chunk));
-            gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n, self.pos as u32, 0, 0]));
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            {
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                let program = if n == 1 { &self.decode } else { &self.prefill };
-                program.record(&mut pass, n);
-            }
-            if last {
-                enc.copy_buffer_to_buffer(&self.bufs.logits, 0, &self.readback, 0, self.cfg.vocab as u64 * 4);
-            }
-            gpu.queue.submit([enc.finish()]);
-            self.pos += chunk.len();
+            last = Some(self.submit(Some(chunk), 0, i + 1 == chunks.len()));
         }
-        let bytes = self.gpu.read_mapped(&self.readback, self.cfg.vocab as u64 * 4).await?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
+        let bytes = self.gpu.read_mapped_after(&self.readback, self.cfg.vocab as u64 * 4, last).await?;
+        let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+        if logits.iter().any(|v| !v.is_finite()) {
+            return Err(Error::Gpu("the model produced non-finite logits (NaN or infinity)".into()));
+        }
+        Ok(logits)
+    }
+
+    /// Queue one greedy decode step whose token is chosen on the GPU (`first`: the token to
+    /// feed, when the CPU chose it). Returns the step's readback slot and submission.
+    pub fn submit_greedy(&mut self, first: Option<u32>, slot: usize) -> Result<wgpu::SubmissionIndex> {
+        if let Some(t) = first {
+            self.check_ids(&[t])?;
+        } else if self.pos + 1 > self.context {
+            return Err(Error::ContextOverflow { tokens: self.pos + 1, max_new: 0, context: self.context });
+        }
+        Ok(self.submit(first.as_ref().map(std::slice::from_ref), slot, false))
+    }
+
+    /// The token a greedy step put in `slot`.
+    pub async fn read_token(&self, slot: usize, after: wgpu::SubmissionIndex) -> Result<u32> {
+        let bytes = self.gpu.read_mapped_after(&self.token_readback[slot], 4, Some(after)).await?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
 
     pub fn decode_dispatches(&self) -> usize {
         self.decode.dispatches()
+    }
+
+    pub fn prefill_dispatches(&self) -> usize {
+        self.prefill.dispatches()
     }
 }
 
@@ -321,11 +399,14 @@ pub struct GenerateOptions {
     pub stop_ids: Option<Vec<u32>>,
     /// Report this many of the largest raw logits of the first generated position.
     pub top_logits: usize,
+    /// Sample greedy decoding on the CPU from read-back logits instead of on the GPU
+    /// (slower; for checking the GPU sampler).
+    pub cpu_sampling: bool,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_tokens: 256, sampling: SamplingParams::default(), stop_ids: None, top_logits: 0 }
+        GenerateOptions { max_tokens: 256, sampling: SamplingParams::default(), stop_ids: None, top_logits: 0, cpu_sampling: false }
     }
 }
 

@@ -106,18 +106,60 @@ fn check_linear(g: &Gpu, r: &mut R, kernel: Kernel, l: L, m: usize, n: usize, k:
     let mb = if meta.is_empty() { buf_f32(g, &[0.0; 4]) } else { buf_f32(g, &meta) };
     let xb = buf_f32(g, &x);
     let yb = if accumulate { buf_f32(g, &init) } else { poisoned(g, m * n) };
-    let bb = buf_f32(g, &bias);
+    // Bias sits at offset 3 of the vecs buffer, as it would after a layer's norm weights.
+    let vecs: Vec<f32> = [vec![9.0; 3], bias.clone()].concat();
+    let vb = buf_f32(g, &vecs);
     let [c0, c1] = l.consts();
-    let consts = [c0, c1, ("K", k as f64), ("N", n as f64), ("ACCUMULATE", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64)];
-    let grid = match kernel {
-        Kernel::MatVec => [n.div_ceil(4) as u32, m as u32, 1],
-        _ => [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
+    let (consts, grid): (Vec<(&str, f64)>, [u32; 3]) = match kernel {
+        Kernel::MatVec => (
+            vec![c0, c1, ("K", k as f64), ("N", n as f64), ("EPI", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64), ("BIAS_OFF", 3.0)],
+            [n.div_ceil(8) as u32, 1, 1],
+        ),
+        _ => (
+            vec![c0, c1, ("K", k as f64), ("N", n as f64), ("ACCUMULATE", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64), ("BIAS_OFF", 3.0)],
+            [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
+        ),
     };
-    g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &bb)], [m as u32, 0, 0, 0], grid).unwrap();
+    g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid).unwrap();
     let got = read(g, &yb, m * n);
     let want = cpu_linear(&x, &dense, m, n, k, with_bias.then_some(&bias[..]), accumulate.then_some(&init[..]));
     let scale = (k as f32).sqrt();
     assert_close(&got, &want, 1e-4 * scale, 1e-4, &format!("{kernel:?} {l:?} m={m} n={n} k={k} bias={with_bias} acc={accumulate}"));
+}
+
+fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
+    let inv = 1.0 / (ms + eps as f64).sqrt();
+    x.iter().zip(w).map(|(v, wi)| (*v as f64 * inv * *wi as f64) as f32).collect()
+}
+
+#[test]
+fn matvec_norm_and_glu() {
+    let g = gpu();
+    let mut r = R::new();
+    let (f, k, eps) = (37usize, 256usize, 1e-5f32);
+    for (l, glu) in [(L::Q4, true), (L::Q8(16), false), (L::F16, true)] {
+        let n = if glu { 2 * f } else { f };
+        let (words, meta, dense) = random_matrix(&mut r, l, n, k);
+        let x: Vec<f32> = r.vec(k).iter().map(|v| v * 3.0).collect();
+        let nw = r.vec(k);
+        let vecs: Vec<f32> = [vec![0.0; 5], nw.clone()].concat();
+        let xn = rms(&x, &nw, eps);
+        let lin = cpu_linear(&xn, &dense, 1, n, k, None, None);
+        let want: Vec<f32> = if glu {
+            (0..f).map(|j| (lin[j] as f64 / (1.0 + (-lin[j] as f64).exp()) * lin[f + j] as f64) as f32).collect()
+        } else {
+            lin
+        };
+        let (wb, xb, vb) = (buf_u32(&g, &words), buf_f32(&g, &x), buf_f32(&g, &vecs));
+        let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
+        let yb = poisoned(&g, want.len());
+        let [c0, c1] = l.consts();
+        let consts = [c0, c1, ("K", k as f64), ("N", n as f64), ("EPI", if glu { 2.0 } else { 0.0 }), ("NORM", 1.0), ("NW_OFF", 5.0), ("EPS", eps as f64)];
+        let wgs = if glu { f.div_ceil(4) } else { n.div_ceil(8) };
+        g.dispatch_once(Kernel::MatVec, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [1, 0, 0, 0], [wgs as u32, 1, 1]).unwrap();
+        assert_close(&read(&g, &yb, want.len()), &want, 1e-4, 1e-4, &format!("matvec norm {l:?} glu={glu}"));
+    }
 }
 
 #[test]
@@ -126,7 +168,7 @@ fn matvec_all_layouts() {
     let mut r = R::new();
     for l in ALL {
         check_linear(&g, &mut r, Kernel::MatVec, l, 1, 70, 96, false, false);
-        check_linear(&g, &mut r, Kernel::MatVec, l, 3, 33, 576, true, true);
+        check_linear(&g, &mut r, Kernel::MatVec, l, 1, 33, 576, true, true);
     }
 }
 
@@ -172,11 +214,11 @@ fn rmsnorm_rows_and_last() {
         let inv = 1.0 / (ms + eps as f64).sqrt();
         xs.iter().zip(&w).map(|(v, wi)| (*v as f64 * inv * (*wi + off) as f64) as f32).collect()
     };
-    let (xb, wb) = (buf_f32(&g, &x), buf_f32(&g, &w));
+    let (xb, wb) = (buf_f32(&g, &x), buf_f32(&g, &[vec![7.0; 2], w.clone()].concat()));
     for (last, off) in [(false, 0.0f32), (true, 0.0), (false, 1.0)] {
         let rows = if last { 1 } else { t };
         let yb = poisoned(&g, rows * h);
-        let consts = [("H", h as f64), ("EPS", eps as f64), ("W_OFFSET", off as f64), ("LAST_ONLY", last as u32 as f64)];
+        let consts = [("H", h as f64), ("EPS", eps as f64), ("W_OFFSET", off as f64), ("LAST_ONLY", last as u32 as f64), ("NW_OFF", 2.0)];
         g.dispatch_once(Kernel::RmsNorm, &consts, &[(0, &xb), (1, &wb), (2, &yb)], [t as u32, 0, 0, 0], [rows as u32, 1, 1]).unwrap();
         let want: Vec<f32> = if last { norm(t - 1, off) } else { (0..t).flat_map(|i| norm(i, off)).collect() };
         assert_close(&read(&g, &yb, rows * h), &want, 1e-5, 1e-5, &format!("rmsnorm last={last} offset={off}"));
@@ -187,50 +229,113 @@ fn f16_round(v: f32) -> f32 {
     half::f16::from_f32(v).to_f32()
 }
 
+fn unpack_f16(words: &[u32]) -> Vec<f32> {
+    words.iter().flat_map(|w| [half::f16::from_bits(*w as u16).to_f32(), half::f16::from_bits((*w >> 16) as u16).to_f32()]).collect()
+}
+
+fn pack_f16(v: &[f32]) -> Vec<u32> {
+    v.chunks(2).map(|p| half::f16::from_f32(p[0]).to_bits() as u32 | (half::f16::from_f32(p[1]).to_bits() as u32) << 16).collect()
+}
+
+/// cos/sin table [pos][rot/2] and the CPU rotation of (2i, 2i+1) pairs.
+fn rope_table(ctx: usize, rot: usize) -> (Vec<f64>, Vec<f32>) {
+    let inv: Vec<f64> = (0..rot / 2).map(|i| 10000f64.powf(-(2.0 * i as f64) / rot as f64)).collect();
+    let table = (0..ctx).flat_map(|p| inv.iter().flat_map(move |f| [(p as f64 * f).cos() as f32, (p as f64 * f).sin() as f32])).collect();
+    (inv, table)
+}
+
+fn rotate(x: &[f32], pos: usize, inv: &[f64]) -> Vec<f32> {
+    let mut y = x.to_vec();
+    for (i, f) in inv.iter().enumerate() {
+        let (c, s) = ((pos as f64 * f).cos(), (pos as f64 * f).sin());
+        let (a, b) = (x[2 * i] as f64, x[2 * i + 1] as f64);
+        y[2 * i] = (a * c - b * s) as f32;
+        y[2 * i + 1] = (b * c + a * s) as f32;
+    }
+    y
+}
+
+/// Checks the k and v entries a kernel wrote for token positions `pos0..pos0 + t` against
+/// rows of [q; k; v], and that nothing else in the cache changed.
+fn check_cache(kv: &[f32], qkv: &[Vec<f32>], nh: usize, nkv: usize, hd: usize, ctx: usize, pos0: usize, inv: &[f64]) {
+    for (tt, row) in qkv.iter().enumerate() {
+        for j in 0..nkv {
+            let kslice = &row[(nh + j) * hd..(nh + j + 1) * hd];
+            let vslice = &row[(nh + nkv + j) * hd..(nh + nkv + j + 1) * hd];
+            let want_k: Vec<f32> = rotate(kslice, pos0 + tt, inv).into_iter().map(f16_round).collect();
+            let want_v: Vec<f32> = vslice.iter().map(|&x| f16_round(x)).collect();
+            let kd = (j * ctx + pos0 + tt) * hd;
+            let vd = ((nkv + j) * ctx + pos0 + tt) * hd;
+            assert_close(&kv[kd..kd + hd], &want_k, 2e-3, 2e-3, "k cache");
+            assert_close(&kv[vd..vd + hd], &want_v, 1e-3, 1e-3, "v cache");
+        }
+    }
+    assert!(kv[..pos0 * hd].iter().all(|x| x.is_nan()), "wrote outside its positions");
+}
+
 #[test]
 fn rope_and_kv_write() {
     let g = gpu();
     let mut r = R::new();
     let (hd, nh, nkv, ctx, t, pos0) = (64usize, 4usize, 2usize, 32usize, 3usize, 5usize);
-    for (neox, rot) in [(false, 64usize), (true, 64), (true, 32)] {
-        let inv: Vec<f64> = (0..rot / 2).map(|i| 10000f64.powf(-(2.0 * i as f64) / rot as f64)).collect();
-        let table: Vec<f32> = (0..ctx).flat_map(|p| inv.iter().flat_map(move |f| [(p as f64 * f).cos() as f32, (p as f64 * f).sin() as f32])).collect();
-        let q = r.vec(t * nh * hd);
-        let k = r.vec(t * nkv * hd);
-        let v = r.vec(t * nkv * hd);
-        let rotate = |x: &[f32], pos: usize| -> Vec<f32> {
-            let mut y = x.to_vec();
-            for i in 0..rot / 2 {
-                let (a, b) = if neox { (i, i + rot / 2) } else { (2 * i, 2 * i + 1) };
-                let (c, s) = ((pos as f64 * inv[i]).cos(), (pos as f64 * inv[i]).sin());
-                y[a] = (x[a] as f64 * c - x[b] as f64 * s) as f32;
-                y[b] = (x[b] as f64 * c + x[a] as f64 * s) as f32;
-            }
-            y
-        };
-        let (qb, kb, vb, rb) = (buf_f32(&g, &q), buf_f32(&g, &k), buf_f32(&g, &v), buf_f32(&g, &table));
-        let kc = buf_u32(&g, &vec![0xffff_ffffu32; nkv * ctx * hd / 2]);
-        let vc = buf_u32(&g, &vec![0xffff_ffffu32; nkv * ctx * hd / 2]);
-        let consts = [("HD", hd as f64), ("ROT", rot as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CTX", ctx as f64), ("NEOX", neox as u32 as f64)];
-        g.dispatch_once(Kernel::RopeKv, &consts, &[(0, &qb), (1, &kb), (2, &vb), (3, &kc), (4, &vc), (6, &rb)], [t as u32, pos0 as u32, 0, 0], [(nh + nkv) as u32, t as u32, 1])
-            .unwrap();
-        let want_q: Vec<f32> = (0..t * nh).flat_map(|i| rotate(&q[i * hd..(i + 1) * hd], pos0 + i / nh)).collect();
-        assert_close(&read(&g, &qb, q.len()), &want_q, 1e-5, 1e-5, &format!("rope q neox={neox} rot={rot}"));
-        let unpack = |words: Vec<u32>| -> Vec<f32> {
-            words.iter().flat_map(|w| [half::f16::from_bits(*w as u16).to_f32(), half::f16::from_bits((*w >> 16) as u16).to_f32()]).collect()
-        };
-        let (kcache, vcache) = (unpack(read_u32(&g, &kc, nkv * ctx * hd / 2)), unpack(read_u32(&g, &vc, nkv * ctx * hd / 2)));
-        for tt in 0..t {
-            for j in 0..nkv {
-                let src = (tt * nkv + j) * hd;
-                let dst = (j * ctx + pos0 + tt) * hd;
-                let want_k: Vec<f32> = rotate(&k[src..src + hd], pos0 + tt).into_iter().map(f16_round).collect();
-                let want_v: Vec<f32> = v[src..src + hd].iter().map(|&x| f16_round(x)).collect();
-                assert_close(&kcache[dst..dst + hd], &want_k, 1e-3, 1e-3, "k cache");
-                assert_close(&vcache[dst..dst + hd], &want_v, 0.0, 0.0, "v cache");
-            }
+    for rot in [64usize, 32] {
+        let (inv, table) = rope_table(ctx, rot);
+        let stride = (nh + 2 * nkv) * hd;
+        let rows: Vec<Vec<f32>> = (0..t).map(|_| r.vec(stride)).collect();
+        let qkv: Vec<f32> = rows.concat();
+        let (qb, rb) = (buf_f32(&g, &qkv), buf_f32(&g, &table));
+        let kvb = buf_u32(&g, &vec![0xffff_ffffu32; 2 * nkv * ctx * hd / 2]);
+        let consts = [("HD", hd as f64), ("ROT", rot as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CTX", ctx as f64)];
+        g.dispatch_once(Kernel::RopeKv, &consts, &[(0, &qb), (3, &kvb), (6, &rb)], [t as u32, pos0 as u32, 0, 0], [(nh + 2 * nkv) as u32, t as u32, 1]).unwrap();
+        let got = read(&g, &qb, qkv.len());
+        for (tt, row) in rows.iter().enumerate() {
+            let want: Vec<f32> = (0..nh).flat_map(|h| rotate(&row[h * hd..(h + 1) * hd], pos0 + tt, &inv)).collect();
+            assert_close(&got[tt * stride..tt * stride + nh * hd], &want, 1e-5, 1e-5, &format!("rope q rot={rot}"));
         }
-        assert!(kcache[..pos0 * hd].iter().all(|x| x.is_nan()), "rope_kv wrote outside its positions");
+        check_cache(&unpack_f16(&read_u32(&g, &kvb, 2 * nkv * ctx * hd / 2)), &rows, nh, nkv, hd, ctx, pos0, &inv);
+    }
+}
+
+#[test]
+fn qkv_rope_fused_decode() {
+    let g = gpu();
+    let mut r = R::new();
+    let (hd, nh, nkv, ctx, pos0, k, eps) = (32usize, 3usize, 1usize, 16usize, 7usize, 96usize, 1e-5f32);
+    let (qd, kvd) = (nh * hd, nkv * hd);
+    let n = qd + 2 * kvd;
+    for (l, bias) in [(L::Q4, false), (L::Q8(32), true), (L::F32, true)] {
+        let (inv, table) = rope_table(ctx, hd);
+        let (words, meta, dense) = random_matrix(&mut r, l, n, k);
+        let x = r.vec(k);
+        let nw = r.vec(k);
+        let b = r.vec(n);
+        let vecs: Vec<f32> = [nw.clone(), b.clone()].concat();
+        let mut lin = cpu_linear(&rms(&x, &nw, eps), &dense, 1, n, k, bias.then_some(&b[..]), None);
+        let want_q: Vec<f32> = (0..nh).flat_map(|h| rotate(&lin[h * hd..(h + 1) * hd], pos0, &inv)).collect();
+        let (wb, xb, vb, rb) = (buf_u32(&g, &words), buf_f32(&g, &x), buf_f32(&g, &vecs), buf_f32(&g, &table));
+        let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
+        let qb = poisoned(&g, n);
+        let kvb = buf_u32(&g, &vec![0xffff_ffffu32; 2 * nkv * ctx * hd / 2]);
+        let [c0, c1] = l.consts();
+        let consts = [
+            c0,
+            c1,
+            ("K", k as f64),
+            ("QD", qd as f64),
+            ("KVD", kvd as f64),
+            ("HD", hd as f64),
+            ("ROT", hd as f64),
+            ("CTX", ctx as f64),
+            ("EPS", eps as f64),
+            ("NW_OFF", 0.0),
+            ("HAS_BIAS", bias as u32 as f64),
+            ("BIAS_OFF", k as f64),
+        ];
+        let bufs = [(0, &wb), (1, &mb), (2, &xb), (3, &qb), (4, &vb), (6, &kvb), (7, &rb)];
+        g.dispatch_once(Kernel::QkvRope, &consts, &bufs, [1, pos0 as u32, 0, 0], [n.div_ceil(8) as u32, 1, 1]).unwrap();
+        assert_close(&read(&g, &qb, qd), &want_q, 1e-4, 1e-4, &format!("fused q {l:?}"));
+        lin.truncate(n);
+        check_cache(&unpack_f16(&read_u32(&g, &kvb, 2 * nkv * ctx * hd / 2)), &[lin], nh, nkv, hd, ctx, pos0, &inv);
     }
 }
 
@@ -241,12 +346,10 @@ fn attention_causal_gqa() {
     for (hd, nh, nkv, ctx, t, pos0, window, softcap) in
         [(64usize, 4usize, 2usize, 200usize, 3usize, 130usize, 0u32, 0f32), (128, 2, 1, 80, 70, 0, 0, 0.0), (256, 2, 2, 40, 2, 30, 8, 5.0)]
     {
-        let q = r.vec(t * nh * hd);
-        let kcache: Vec<f32> = (0..nkv * ctx * hd).map(|_| f16_round(r.f() * 2.0)).collect();
-        let vcache: Vec<f32> = (0..nkv * ctx * hd).map(|_| f16_round(r.f())).collect();
-        let pack = |v: &[f32]| -> Vec<u32> {
-            v.chunks(2).map(|p| half::f16::from_f32(p[0]).to_bits() as u32 | (half::f16::from_f32(p[1]).to_bits() as u32) << 16).collect()
-        };
+        let stride = (nh + 2 * nkv) * hd + 8; // padding proves the kernel honours QSTRIDE
+        let qkv = r.vec(t * stride);
+        let cache: Vec<f32> = (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
+        let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
         let scale = 1.0 / (hd as f64).sqrt();
         let mut want = vec![0f32; t * nh * hd];
         for tt in 0..t {
@@ -254,7 +357,7 @@ fn attention_causal_gqa() {
             let start = if window > 0 && end > window as usize { end - window as usize } else { 0 };
             for h in 0..nh {
                 let kvh = h / (nh / nkv);
-                let qv = &q[(tt * nh + h) * hd..][..hd];
+                let qv = &qkv[tt * stride + h * hd..][..hd];
                 let scores: Vec<f64> = (start..end)
                     .map(|j| {
                         let kv = &kcache[(kvh * ctx + j) * hd..][..hd];
@@ -274,7 +377,7 @@ fn attention_causal_gqa() {
                 }
             }
         }
-        let (qb, kb, vb, ob) = (buf_f32(&g, &q), buf_u32(&g, &pack(&kcache)), buf_u32(&g, &pack(&vcache)), poisoned(&g, want.len()));
+        let (qb, kvb, ob) = (buf_f32(&g, &qkv), buf_u32(&g, &pack_f16(&cache)), poisoned(&g, want.len()));
         let consts = [
             ("HD", hd as f64),
             ("NH", nh as f64),
@@ -283,8 +386,9 @@ fn attention_causal_gqa() {
             ("SCALE", scale),
             ("SOFTCAP", softcap as f64),
             ("WINDOW", window as f64),
+            ("QSTRIDE", stride as f64),
         ];
-        g.dispatch_once(Kernel::Attention, &consts, &[(0, &qb), (1, &kb), (2, &vb), (3, &ob)], [t as u32, pos0 as u32, 0, 0], [nh as u32, t as u32, 1]).unwrap();
+        g.dispatch_once(Kernel::Attention, &consts, &[(0, &qb), (1, &kvb), (2, &kvb), (3, &ob)], [t as u32, pos0 as u32, 0, 0], [nh as u32, t as u32, 1]).unwrap();
         assert_close(&read(&g, &ob, want.len()), &want, 1e-4, 1e-4, &format!("attention hd={hd} t={t} pos0={pos0} window={window} softcap={softcap}"));
     }
 }
@@ -295,19 +399,34 @@ fn ffn_activations() {
     let mut r = R::new();
     let (t, f) = (3usize, 1000usize);
     for gelu in [false, true] {
-        let gate: Vec<f32> = r.vec(t * f).iter().map(|x| x * 6.0).collect();
-        let up = r.vec(t * f);
-        let want: Vec<f32> = gate
-            .iter()
-            .zip(&up)
-            .map(|(&g, &u)| {
-                let g = g as f64;
-                let a = if gelu { 0.5 * g * (1.0 + (0.7978845608028654 * (g + 0.044715 * g.powi(3))).tanh()) } else { g / (1.0 + (-g).exp()) };
-                (a * u as f64) as f32
+        let gu: Vec<f32> = r.vec(t * 2 * f).iter().map(|x| x * 6.0).collect();
+        let want: Vec<f32> = (0..t * f)
+            .map(|i| {
+                let (tt, j) = (i / f, i % f);
+                let (gv, u) = (gu[tt * 2 * f + j] as f64, gu[tt * 2 * f + f + j] as f64);
+                let a = if gelu { 0.5 * gv * (1.0 + (0.7978845608028654 * (gv + 0.044715 * gv.powi(3))).tanh()) } else { gv / (1.0 + (-gv).exp()) };
+                (a * u) as f32
             })
             .collect();
-        let (gb, ub) = (buf_f32(&g, &gate), buf_f32(&g, &up));
-        g.dispatch_once(Kernel::FfnAct, &[("F", f as f64), ("GELU", gelu as u32 as f64)], &[(0, &gb), (1, &ub)], [t as u32, 0, 0, 0], [(t * f).div_ceil(256) as u32, 1, 1]).unwrap();
-        assert_close(&read(&g, &gb, t * f), &want, 1e-5, 1e-4, &format!("ffn gelu={gelu}"));
+        let (gb, hb) = (buf_f32(&g, &gu), poisoned(&g, t * f));
+        g.dispatch_once(Kernel::FfnAct, &[("F", f as f64), ("GELU", gelu as u32 as f64)], &[(0, &gb), (1, &hb)], [t as u32, 0, 0, 0], [(t * f).div_ceil(256) as u32, 1, 1]).unwrap();
+        assert_close(&read(&g, &hb, t * f), &want, 1e-5, 1e-4, &format!("ffn gelu={gelu}"));
     }
+}
+
+#[test]
+fn argmax_picks_first_maximum() {
+    let g = gpu();
+    let mut r = R::new();
+    let v = 50_000usize;
+    let mut logits = r.vec(v);
+    let top = r.below(v as u32) as usize;
+    logits[top] = 10.0;
+    let tie = (top + 1 + r.below((v - 1) as u32) as usize) % v;
+    logits[tie] = 10.0;
+    let (lb, ib, ob) = (buf_f32(&g, &logits), buf_u32(&g, &[7; 4]), buf_u32(&g, &[u32::MAX; 8]));
+    g.dispatch_once(Kernel::Argmax, &[("V", v as f64)], &[(0, &lb), (1, &ib), (2, &ob)], [1, 0, 3, 0], [1, 1, 1]).unwrap();
+    let want = top.min(tie) as u32;
+    assert_eq!(read_u32(&g, &ib, 1)[0], want);
+    assert_eq!(read_u32(&g, &ob, 8), [u32::MAX, u32::MAX, u32::MAX, want, u32::MAX, u32::MAX, u32::MAX, u32::MAX]);
 }

@@ -184,7 +184,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         msgs.push(ChatMessage { role: "user".into(), content: a.chat.clone().unwrap_or_default() });
         engine.chat_ids(&msgs)?
     };
-    let opts = GenerateOptions { max_tokens: a.max_tokens, sampling, stop_ids: None, top_logits: a.top_logits };
+    let opts = GenerateOptions { max_tokens: a.max_tokens, sampling, stop_ids: None, top_logits: a.top_logits, cpu_sampling: false };
     let json = a.json;
     let mut out = std::io::stdout();
     let gen = block_on(engine.generate(&prompt, &opts, &mut |_, piece| {

@@ -78,7 +78,13 @@ impl Gpu {
                 MIN_INVOCATIONS
             )));
         }
-        let wanted = features & wgpu::Features::TIMESTAMP_QUERY;
+        // Subgroup reductions assume a subgroup is exactly one 32-thread row of a kernel.
+        let sg32 = features.contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
+        let sg32 = sg32 && std::env::var("FERROLM_NO_SUBGROUPS").is_err();
+        let mut wanted = features & wgpu::Features::TIMESTAMP_QUERY;
+        if sg32 {
+            wanted |= wgpu::Features::SUBGROUP;
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("ferrolm"),
@@ -116,10 +122,10 @@ impl Gpu {
             max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size as u64,
             max_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
-            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            subgroups: sg32,
             timestamps: wanted.contains(wgpu::Features::TIMESTAMP_QUERY),
         };
-        let pipelines = Pipelines::new(&device);
+        let pipelines = Pipelines::new(sg32);
         Ok(Gpu { device, queue, summary, limits, pipelines, error })
     }
 
@@ -195,12 +201,20 @@ impl Gpu {
 
     /// Wait for `buf` (a MAP_READ buffer the caller already copied into) and return its bytes.
     pub async fn read_mapped(&self, buf: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+        self.read_mapped_after(buf, size, None).await
+    }
+
+    /// As `read_mapped`, waiting natively only for submission `after` (later submissions keep
+    /// the GPU busy meanwhile).
+    pub async fn read_mapped_after(&self, buf: &wgpu::Buffer, size: u64, after: Option<wgpu::SubmissionIndex>) -> Result<Vec<u8>> {
         let (tx, rx) = oneshot::channel();
         buf.map_async(wgpu::MapMode::Read, ..size, move |r| tx.send(r));
         #[cfg(not(target_arch = "wasm32"))]
         self.device
-            .poll(wgpu::PollType::wait_indefinitely())
+            .poll(wgpu::PollType::Wait { submission_index: after, timeout: None })
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        #[cfg(target_arch = "wasm32")]
+        let _ = after;
         let res = rx.await;
         self.check()?;
         match res {

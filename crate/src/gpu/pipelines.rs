@@ -6,16 +6,20 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 const WEIGHTS: &str = include_str!("../../../shaders/weights.wgsl");
+const REDUCE_SG: &str = include_str!("../../../shaders/reduce_sg.wgsl");
+const REDUCE_WG: &str = include_str!("../../../shaders/reduce_wg.wgsl");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
     MatVec,
+    QkvRope,
     MatMul,
     Embed,
     RmsNorm,
     RopeKv,
     Attention,
     FfnAct,
+    Argmax,
 }
 
 #[derive(Clone, Copy)]
@@ -25,17 +29,27 @@ enum Slot {
     Uniform,
 }
 
+/// Shared WGSL a kernel is assembled with: the weight dequantizer and/or the row reduction.
+struct Source {
+    body: &'static str,
+    weights: bool,
+    reduce: bool,
+}
+
 impl Kernel {
-    fn source(self) -> (&'static str, bool) {
-        match self {
-            Kernel::MatVec => (include_str!("../../../shaders/matvec.wgsl"), true),
-            Kernel::MatMul => (include_str!("../../../shaders/matmul.wgsl"), true),
-            Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true),
-            Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false),
-            Kernel::RopeKv => (include_str!("../../../shaders/rope_kv.wgsl"), false),
-            Kernel::Attention => (include_str!("../../../shaders/attention.wgsl"), false),
-            Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false),
-        }
+    fn source(self) -> Source {
+        let (body, weights, reduce) = match self {
+            Kernel::MatVec => (include_str!("../../../shaders/matvec.wgsl"), true, true),
+            Kernel::QkvRope => (include_str!("../../../shaders/qkv_rope.wgsl"), true, true),
+            Kernel::MatMul => (include_str!("../../../shaders/matmul.wgsl"), true, false),
+            Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true, false),
+            Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false, false),
+            Kernel::RopeKv => (include_str!("../../../shaders/rope_kv.wgsl"), false, false),
+            Kernel::Attention => (include_str!("../../../shaders/attention.wgsl"), false, false),
+            Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false, false),
+            Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), false, false),
+        };
+        Source { body, weights, reduce }
     }
 
     /// Binding slots in order of binding number (gaps allowed: `None`).
@@ -45,19 +59,22 @@ impl Kernel {
             Kernel::MatVec | Kernel::MatMul => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform)]
             }
-            Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
-            Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), None, None, Some(Uniform)],
-            Kernel::RopeKv => &[
-                Some(ReadWrite),
-                Some(ReadWrite),
+            Kernel::QkvRope => &[
+                Some(Read),
+                Some(Read),
                 Some(Read),
                 Some(ReadWrite),
-                Some(ReadWrite),
+                Some(Read),
                 Some(Uniform),
+                Some(ReadWrite),
                 Some(Read),
             ],
+            Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), None, None, Some(Uniform)],
+            Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), None, Some(Uniform), Some(Read)],
             Kernel::Attention => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
-            Kernel::FfnAct => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
+            Kernel::FfnAct => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
+            Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
         }
     }
 }
@@ -71,14 +88,16 @@ pub struct Pipeline {
 /// Compiled pipelines. Single-threaded by design (the engine drives one device from one thread,
 /// and on the web everything is one thread anyway).
 pub struct Pipelines {
+    /// Use the subgroup row reduction (adapter has subgroups exactly 32 wide).
+    pub subgroups: bool,
     layouts: RefCell<HashMap<Kernel, (Rc<wgpu::BindGroupLayout>, wgpu::PipelineLayout)>>,
     modules: RefCell<HashMap<Kernel, wgpu::ShaderModule>>,
     cache: RefCell<HashMap<String, Rc<Pipeline>>>,
 }
 
 impl Pipelines {
-    pub fn new(_device: &wgpu::Device) -> Self {
-        Pipelines { layouts: Default::default(), modules: Default::default(), cache: Default::default() }
+    pub fn new(subgroups: bool) -> Self {
+        Pipelines { subgroups, layouts: Default::default(), modules: Default::default(), cache: Default::default() }
     }
 
     pub fn count(&self) -> usize {
@@ -132,8 +151,16 @@ impl Pipelines {
             .borrow_mut()
             .entry(k)
             .or_insert_with(|| {
-                let (src, needs_weights) = k.source();
-                let code = if needs_weights { format!("{WEIGHTS}\n{src}") } else { src.to_string() };
+                let src = k.source();
+                // `enable` directives must come first, so the reduction prelude leads.
+                let mut code = String::new();
+                if src.reduce {
+                    code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
+                }
+                if src.weights {
+                    code.push_str(WEIGHTS);
+                }
+                code.push_str(src.body);
                 device.create_shader_module(wgpu::ShaderModuleDescriptor {
                     label: Some(&format!("{k:?}")),
                     source: wgpu::ShaderSource::Wgsl(code.into()),

@@ -1,7 +1,10 @@
 //! THE forward pass: one straight-line description of a transformer step for every supported
 //! architecture, built once at load into a list of dispatches with their bind groups. A step
-//! then only writes a 16-byte uniform (token count, position) and replays the list in one compute
-//! pass and one submit.
+//! then only writes a 16-byte uniform (token count, position, readback slot) and replays the
+//! list in one compute pass and one submit.
+//!
+//! Two programs come from the same description: single-token decode (fused: 5 dispatches per
+//! layer) and batched prefill (tiled matmuls, separate norm/rope/activation kernels).
 
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, Kernel, Pipeline};
@@ -9,10 +12,14 @@ use crate::model::weights::{GpuMatrix, ModelWeights};
 use crate::model::ModelConfig;
 use std::rc::Rc;
 
+/// Token ids the GPU sampler can hold for the CPU to read back, one per in-flight step.
+pub const TOKEN_SLOTS: usize = 8;
+
 /// How many workgroups a dispatch needs for a step of `t` tokens.
 #[derive(Clone, Copy, Debug)]
 enum Grid {
     Fixed(u32),
+    Fixed2(u32, u32),
     /// (t, 1): one workgroup per token.
     Tokens,
     /// (x, t): one workgroup row per token.
@@ -27,6 +34,7 @@ impl Grid {
     fn dims(self, t: u32) -> [u32; 3] {
         match self {
             Grid::Fixed(x) => [x, 1, 1],
+            Grid::Fixed2(x, y) => [x, y, 1],
             Grid::Tokens => [t, 1, 1],
             Grid::PerToken(x) => [x, t, 1],
             Grid::Tiles(n) => [n.div_ceil(64), t.div_ceil(64), 1],
@@ -45,24 +53,25 @@ struct Op {
     grid: Grid,
 }
 
-/// Activations for up to `max_tokens` tokens per step, and the KV cache.
+/// Activations for up to `max_tokens` tokens per step, the KV cache and the rope table.
 pub struct Buffers {
     pub ids: wgpu::Buffer,
     pub x: wgpu::Buffer,
     pub xn: wgpu::Buffer,
-    pub q: wgpu::Buffer,
-    pub k: wgpu::Buffer,
-    pub v: wgpu::Buffer,
+    /// Per token: [q; k; v] (q rotated in place).
+    pub qkv: wgpu::Buffer,
     pub attn: wgpu::Buffer,
-    pub gate: wgpu::Buffer,
-    pub up: wgpu::Buffer,
+    /// Per token: [gate; up].
+    pub gu: wgpu::Buffer,
+    pub h: wgpu::Buffer,
     pub xlast: wgpu::Buffer,
     pub logits: wgpu::Buffer,
+    /// GPU-sampled token ids, one slot per in-flight step.
+    pub tokens: wgpu::Buffer,
     pub step: wgpu::Buffer,
     pub rope: wgpu::Buffer,
-    pub k_cache: Vec<wgpu::Buffer>,
-    pub v_cache: Vec<wgpu::Buffer>,
-    pub dummy: wgpu::Buffer,
+    /// Per layer: [k | v][kv_head][position][head_dim / 2] packed f16 pairs.
+    pub kv: Vec<wgpu::Buffer>,
     pub bytes: u64,
 }
 
@@ -76,34 +85,36 @@ impl Buffers {
             gpu.buffer(label, n)
         };
         let (h, qd, kvd, ff) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.ffn as u64);
-        let cache_bytes = cfg.n_kv_heads as u64 * context as u64 * cfg.head_dim as u64 * 2;
-        let mut k_cache = Vec::with_capacity(cfg.n_layers);
-        let mut v_cache = Vec::with_capacity(cfg.n_layers);
-        for i in 0..cfg.n_layers {
-            k_cache.push(buf(&format!("k_cache.{i}"), cache_bytes)?);
-            v_cache.push(buf(&format!("v_cache.{i}"), cache_bytes)?);
+        let kv_bytes = 2 * cfg.n_kv_heads as u64 * context as u64 * cfg.head_dim as u64 * 2;
+        if kv_bytes > gpu.limits.max_storage_buffer_binding_size as u64 {
+            return Err(Error::Limits(format!(
+                "a {context}-token KV cache needs {} MiB per layer in one binding; the adapter allows {} MiB (use a shorter context)",
+                kv_bytes >> 20,
+                gpu.limits.max_storage_buffer_binding_size >> 20
+            )));
         }
-        let rope_table = rope_table(cfg, context);
+        let mut kv = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            kv.push(buf(&format!("kv.{i}"), kv_bytes)?);
+        }
+        let table = rope_table(cfg, context);
         let b = Buffers {
-            ids: buf("ids", t * 4)?,
+            ids: buf("ids", t.max(4) * 4)?,
             x: buf("x", t * h * f)?,
             xn: buf("xn", t * h * f)?,
-            q: buf("q", t * qd * f)?,
-            k: buf("k", t * kvd * f)?,
-            v: buf("v", t * kvd * f)?,
+            qkv: buf("qkv", t * (qd + 2 * kvd) * f)?,
             attn: buf("attn", t * qd * f)?,
-            gate: buf("gate", t * ff * f)?,
-            up: buf("up", t * ff * f)?,
+            gu: buf("gu", t * 2 * ff * f)?,
+            h: buf("h", t * ff * f)?,
             xlast: buf("xlast", h * f)?,
             logits: buf("logits", cfg.vocab as u64 * f)?,
-            rope: buf("rope", rope_table.len() as u64 * 4)?,
-            dummy: buf("dummy", 16)?,
+            tokens: buf("tokens", TOKEN_SLOTS as u64 * 4)?,
+            rope: buf("rope", table.len() as u64 * 4)?,
             step: gpu.uniform("step", 16),
-            k_cache,
-            v_cache,
+            kv,
             bytes: 0,
         };
-        gpu.queue.write_buffer(&b.rope, 0, bytemuck::cast_slice(&rope_table));
+        gpu.queue.write_buffer(&b.rope, 0, bytemuck::cast_slice(&table));
         Ok(Buffers { bytes: bytes + 16, ..b })
     }
 }
@@ -144,9 +155,13 @@ impl Program {
 
 struct Builder<'a> {
     gpu: &'a Gpu,
+    cfg: &'a ModelConfig,
     ops: Vec<Op>,
-    dummy: &'a wgpu::Buffer,
     step: &'a wgpu::Buffer,
+}
+
+fn b(v: bool) -> f64 {
+    v as u32 as f64
 }
 
 impl Builder<'_> {
@@ -163,77 +178,122 @@ impl Builder<'_> {
         self.ops.push(Op { pipeline, bind, grid });
     }
 
-    /// y (+)= x · Wᵀ (+ bias): matrix-vector for single-token steps, tiled for prompts.
-    fn linear(&mut self, batched: bool, w: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, bias: Option<&wgpu::Buffer>, acc: bool) {
+    /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU).
+    fn matvec(&mut self, w: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, vecs: &wgpu::Buffer, norm: Option<usize>, epi: u32) {
         let [l0, l1] = w.layout_constants();
         let consts = [
             l0,
             l1,
             ("K", w.cols as f64),
             ("N", w.rows as f64),
-            ("ACCUMULATE", acc as u32 as f64),
-            ("HAS_BIAS", bias.is_some() as u32 as f64),
+            ("EPI", epi as f64),
+            ("NORM", b(norm.is_some())),
+            ("NW_OFF", norm.unwrap_or(0) as f64),
+            ("EPS", self.cfg.rms_eps as f64),
         ];
-        let bufs = [(0, &w.words), (1, &w.meta), (2, x), (3, y), (4, bias.unwrap_or(self.dummy))];
-        if batched {
-            self.push(Kernel::MatMul, &consts, &bufs, Grid::Tiles(w.rows as u32));
-        } else {
-            self.push(Kernel::MatVec, &consts, &bufs, Grid::PerToken((w.rows as u32).div_ceil(4)));
-        }
+        let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
+        let per_wg = if epi == 2 { 4 } else { 8 };
+        let wgs = outputs.div_ceil(per_wg) as u32;
+        // Past 65535 workgroups the kernel folds (x, y) into one index.
+        let gy = wgs.div_ceil(65535);
+        let grid = Grid::Fixed2(wgs.div_ceil(gy), gy);
+        self.push(Kernel::MatVec, &consts, &[(0, &w.words), (1, &w.meta), (2, x), (3, y), (4, vecs)], grid);
     }
 
-    fn rmsnorm(&mut self, cfg: &ModelConfig, x: &wgpu::Buffer, w: &wgpu::Buffer, y: &wgpu::Buffer, last_only: bool) {
-        let consts = [("H", cfg.hidden as f64), ("EPS", cfg.rms_eps as f64), ("LAST_ONLY", last_only as u32 as f64)];
+    /// Prefill: c (+)= a · Wᵀ (+ bias).
+    fn matmul(&mut self, w: &GpuMatrix, a: &wgpu::Buffer, c: &wgpu::Buffer, vecs: &wgpu::Buffer, bias: Option<usize>, acc: bool) {
+        let [l0, l1] = w.layout_constants();
+        let consts = [
+            l0,
+            l1,
+            ("K", w.cols as f64),
+            ("N", w.rows as f64),
+            ("ACCUMULATE", b(acc)),
+            ("HAS_BIAS", b(bias.is_some())),
+            ("BIAS_OFF", bias.unwrap_or(0) as f64),
+        ];
+        self.push(Kernel::MatMul, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)], Grid::Tiles(w.rows as u32));
+    }
+
+    fn rmsnorm(&mut self, x: &wgpu::Buffer, vecs: &wgpu::Buffer, off: usize, y: &wgpu::Buffer, last_only: bool) {
+        let consts = [("H", self.cfg.hidden as f64), ("EPS", self.cfg.rms_eps as f64), ("LAST_ONLY", b(last_only)), ("NW_OFF", off as f64)];
         let grid = if last_only { Grid::Fixed(1) } else { Grid::Tokens };
-        self.push(Kernel::RmsNorm, &consts, &[(0, x), (1, w), (2, y)], grid);
+        self.push(Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, y)], grid);
     }
 }
 
 /// Build the program for steps of one token (`batched = false`) or many (`batched = true`).
-pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, b: &Buffers, context: usize, batched: bool) -> Result<Program> {
-    let mut p = Builder { gpu, ops: Vec::new(), dummy: &b.dummy, step: &b.step };
+pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, context: usize, batched: bool) -> Result<Program> {
+    let mut p = Builder { gpu, cfg, ops: Vec::new(), step: &bf.step };
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
+    let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
+    let off = w.offsets;
+    let attn_consts = [
+        ("HD", hd),
+        ("NH", nh),
+        ("NKV", nkv),
+        ("CTX", context as f64),
+        ("SCALE", 1.0 / hd.sqrt()),
+        ("QSTRIDE", (qd + 2 * kvd) as f64),
+    ];
 
     let [l0, l1] = w.embed.layout_constants();
     p.push(
         Kernel::Embed,
         &[l0, l1, ("H", cfg.hidden as f64), ("SCALE", 1.0)],
-        &[(0, &w.embed.words), (1, &w.embed.meta), (2, &b.ids), (3, &b.x)],
+        &[(0, &w.embed.words), (1, &w.embed.meta), (2, &bf.ids), (3, &bf.x)],
         Grid::PerToken((cfg.hidden as u32 / 8).div_ceil(64)),
     );
     for (i, lw) in w.layers.iter().enumerate() {
-        p.rmsnorm(cfg, &b.x, &lw.attn_norm, &b.xn, false);
-        p.linear(batched, &lw.wq, &b.xn, &b.q, lw.bq.as_ref(), false);
-        p.linear(batched, &lw.wk, &b.xn, &b.k, lw.bk.as_ref(), false);
-        p.linear(batched, &lw.wv, &b.xn, &b.v, lw.bv.as_ref(), false);
-        p.push(
-            Kernel::RopeKv,
-            &[
+        let kv = &bf.kv[i];
+        if batched {
+            p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false);
+            p.matmul(&lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
+            p.push(
+                Kernel::RopeKv,
+                &[("HD", hd), ("ROT", cfg.rope_dim as f64), ("NH", nh), ("NKV", nkv), ("CTX", context as f64)],
+                &[(0, &bf.qkv), (3, kv), (6, &bf.rope)],
+                Grid::PerToken((cfg.n_heads + 2 * cfg.n_kv_heads) as u32),
+            );
+        } else {
+            let [l0, l1] = lw.wqkv.layout_constants();
+            let consts = [
+                l0,
+                l1,
+                ("K", cfg.hidden as f64),
+                ("QD", qd as f64),
+                ("KVD", kvd as f64),
                 ("HD", hd),
                 ("ROT", cfg.rope_dim as f64),
-                ("NH", nh),
-                ("NKV", nkv),
                 ("CTX", context as f64),
-                ("NEOX", cfg.rope_neox as u32 as f64),
-            ],
-            &[(0, &b.q), (1, &b.k), (2, &b.v), (3, &b.k_cache[i]), (4, &b.v_cache[i]), (6, &b.rope)],
-            Grid::PerToken((cfg.n_heads + cfg.n_kv_heads) as u32),
-        );
-        p.push(
-            Kernel::Attention,
-            &[("HD", hd), ("NH", nh), ("NKV", nkv), ("CTX", context as f64), ("SCALE", 1.0 / hd.sqrt())],
-            &[(0, &b.q), (1, &b.k_cache[i]), (2, &b.v_cache[i]), (3, &b.attn)],
-            Grid::PerToken(cfg.n_heads as u32),
-        );
-        p.linear(batched, &lw.wo, &b.attn, &b.x, None, true);
-        p.rmsnorm(cfg, &b.x, &lw.ffn_norm, &b.xn, false);
-        p.linear(batched, &lw.w_gate, &b.xn, &b.gate, None, false);
-        p.linear(batched, &lw.w_up, &b.xn, &b.up, None, false);
-        p.push(Kernel::FfnAct, &[("F", cfg.ffn as f64)], &[(0, &b.gate), (1, &b.up)], Grid::Elems(cfg.ffn as u32));
-        p.linear(batched, &lw.w_down, &b.gate, &b.x, None, true);
+                ("EPS", cfg.rms_eps as f64),
+                ("NW_OFF", off.attn_norm as f64),
+                ("HAS_BIAS", b(off.qkv_bias.is_some())),
+                ("BIAS_OFF", off.qkv_bias.unwrap_or(0) as f64),
+            ];
+            let bufs = [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, &bf.rope)];
+            p.push(Kernel::QkvRope, &consts, &bufs, Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(8)));
+        }
+        p.push(Kernel::Attention, &attn_consts, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], Grid::PerToken(cfg.n_heads as u32));
+        if batched {
+            p.matmul(&lw.wo, &bf.attn, &bf.x, &lw.vecs, None, true);
+            p.rmsnorm(&bf.x, &lw.vecs, off.ffn_norm, &bf.xn, false);
+            p.matmul(&lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, None, false);
+            p.push(Kernel::FfnAct, &[("F", cfg.ffn as f64)], &[(0, &bf.gu), (1, &bf.h)], Grid::Elems(cfg.ffn as u32));
+            p.matmul(&lw.w_down, &bf.h, &bf.x, &lw.vecs, None, true);
+        } else {
+            p.matvec(&lw.wo, &bf.attn, &bf.x, &lw.vecs, None, 1);
+            p.matvec(&lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2);
+            p.matvec(&lw.w_down, &bf.h, &bf.x, &lw.vecs, None, 1);
+        }
     }
-    p.rmsnorm(cfg, &b.x, &w.out_norm, &b.xlast, true);
-    p.linear(false, w.lm_head(), &b.xlast, &b.logits, None, false);
+    if batched {
+        p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xlast, true);
+        p.matvec(w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, None, 0);
+    } else {
+        p.matvec(w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, Some(0), 0);
+    }
+    p.push(Kernel::Argmax, &[("V", cfg.vocab as f64)], &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)], Grid::Fixed(1));
     gpu.check().map_err(|e| Error::Gpu(format!("building the forward pass: {e}")))?;
     Ok(Program { ops: p.ops })
 }

@@ -201,6 +201,7 @@ impl WasmEngine {
                 },
                 stop_ids: o.stop_ids,
                 top_logits: o.top_logits,
+                cpu_sampling: false,
             };
             let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
             let g = s.engine.start(&prompt_ids, &opts).await.map_err(js_err)?;

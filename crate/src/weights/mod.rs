@@ -6,5 +6,6 @@ pub mod gguf_write;
 pub mod quant;
 pub mod kquants;
 pub mod pack;
+pub mod reshape;
 
 pub use source::{read_gguf_header, AsyncSource, ByteSource, FileSource, MemSource};

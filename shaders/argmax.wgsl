@@ -1,0 +1,55 @@
+// Greedy sampling on the GPU: the index of the largest logit (lowest index on ties, like
+// torch.argmax) goes to ids[0], where the next step's embedding reads it, and to
+// out[slot] for the CPU to read back without stalling the next step.
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    slot: u32,
+    _p1: u32,
+}
+
+override V: u32;
+
+@group(0) @binding(0) var<storage, read> logits: array<f32>;
+@group(0) @binding(1) var<storage, read_write> ids: array<u32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
+@group(0) @binding(5) var<uniform> step: Step;
+
+var<workgroup> best_v: array<f32, 256>;
+var<workgroup> best_i: array<u32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32) {
+    var bv = -3.4e38;
+    var bi = 0xffffffffu;
+    for (var i = lid; i < V; i += 256u) {
+        let v = logits[i];
+        if (v > bv) {
+            bv = v;
+            bi = i;
+        }
+    }
+    best_v[lid] = bv;
+    best_i[lid] = bi;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            let ov = best_v[lid + s];
+            let oi = best_i[lid + s];
+            if (ov > best_v[lid] || (ov == best_v[lid] && oi < best_i[lid])) {
+                best_v[lid] = ov;
+                best_i[lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        var tok = best_i[0];
+        if (tok >= V) {
+            tok = 0u;   // all logits NaN: keep the id in range; the engine reports the NaNs
+        }
+        ids[0] = tok;
+        out[step.slot] = tok;
+    }
+}

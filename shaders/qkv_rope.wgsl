@@ -1,0 +1,97 @@
+// Decode: q, k and v of one token in one dispatch. RMS-norm of x on the fly, the concatenated
+// [q; k; v] matrix times x (+ bias), rotary embedding on (2i, 2i+1) row pairs (the loader
+// permutes NeoX-style weights into this order), q stored for attention, k and v appended to this
+// layer's KV cache as packed f16 pairs. Eight rows (four pairs) per workgroup, 32 threads a row.
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    _p0: u32,
+    _p1: u32,
+}
+
+override K: u32;
+override QD: u32;
+override KVD: u32;
+override HD: u32;
+override ROT: u32;
+override CTX: u32;
+override EPS: f32 = 1e-5;
+override NW_OFFSET: f32 = 0.0;
+override NW_OFF: u32 = 0u;
+override HAS_BIAS: bool = false;
+override BIAS_OFF: u32 = 0u;
+
+const TPR: u32 = 32u;
+const R: u32 = 8u;
+
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> q: array<f32>;
+@group(0) @binding(4) var<storage, read> vecs: array<f32>;
+@group(0) @binding(5) var<uniform> step: Step;
+@group(0) @binding(6) var<storage, read_write> kv: array<u32>;   // [2][NKV][CTX][HD/2]
+@group(0) @binding(7) var<storage, read> rope: array<vec2<f32>>; // [pos][ROT/2] (cos, sin)
+
+var<workgroup> rows_out: array<f32, 8>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let n = QD + 2u * KVD;
+    let d = lid / TPR;
+    let t = lid % TPR;
+    let row = wgid.x * R + d;
+    let valid = row < n;
+    var acc = 0.0;
+    var ss = 0.0;
+    if (valid) {
+        for (var k8 = t; k8 < K / 8u; k8 += TPR) {
+            var a0 = x[2u * k8];
+            var a1 = x[2u * k8 + 1u];
+            ss += dot(a0, a0) + dot(a1, a1);
+            let b = NW_OFF + k8 * 8u;
+            a0 *= vec4<f32>(vecs[b], vecs[b + 1u], vecs[b + 2u], vecs[b + 3u]) + NW_OFFSET;
+            a1 *= vec4<f32>(vecs[b + 4u], vecs[b + 5u], vecs[b + 6u], vecs[b + 7u]) + NW_OFFSET;
+            let w = load8(row * K + k8 * 8u);
+            acc += dot(w.lo, a0) + dot(w.hi, a1);
+        }
+    }
+    let s = reduce(vec2<f32>(acc, ss), lid);
+    var v = s.x * (1.0 / sqrt(s.y / f32(K) + EPS));
+    if (HAS_BIAS && valid) {
+        v += vecs[BIAS_OFF + row];
+    }
+    if (t == 0u) {
+        rows_out[d] = v;
+    }
+    workgroupBarrier();
+    // One thread per row pair finishes: rotate (q, k) and store.
+    if (t != 0u || d % 2u != 0u || !valid) {
+        return;
+    }
+    let pos = step.pos0;
+    var a = rows_out[d];
+    var b = rows_out[d + 1u];
+    let is_v = row >= QD + KVD;
+    let dim = row % HD;
+    if (!is_v && dim < ROT) {
+        let cs = rope[pos * (ROT / 2u) + dim / 2u];
+        let ra = a * cs.x - b * cs.y;
+        let rb = b * cs.x + a * cs.y;
+        a = ra;
+        b = rb;
+    }
+    if (row < QD) {
+        q[row] = a;
+        q[row + 1u] = b;
+        return;
+    }
+    var r = row - QD;
+    var region = 0u;
+    if (is_v) {
+        r = row - QD - KVD;
+        region = 1u;
+    }
+    let head = r / HD;
+    let nkv = KVD / HD;
+    kv[((region * nkv + head) * CTX + pos) * (HD / 2u) + (r % HD) / 2u] = pack2x16float(vec2<f32>(a, b));
+}

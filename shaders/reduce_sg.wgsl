@@ -1,0 +1,7 @@
+// Row reduction over 32 consecutive invocations with one subgroup operation. Chosen only on
+// adapters whose subgroups are exactly 32 wide, so a subgroup is exactly one row's threads.
+enable subgroups;
+
+fn reduce(v: vec2<f32>, lid: u32) -> vec2<f32> {
+    return vec2<f32>(subgroupAdd(v.x), subgroupAdd(v.y));
+}
