@@ -5,5 +5,6 @@ pub mod gguf;
 pub mod quant;
 pub mod kquants;
 pub mod pack;
+pub mod safetensors;
 
 pub use source::{ByteSource, FileSource, MemSource};
