@@ -25,8 +25,11 @@ fn bytes_of(rng: &mut SplitMix64, n: usize) -> Vec<u8> {
     (0..n).map(|_| rng.next_u64() as u8).collect()
 }
 
+/// name, dtype, shape, bytes
+type Spec = (String, Dtype, Vec<usize>, Vec<u8>);
+
 /// A varied file written by the oracle, and what was put in it.
-fn oracle_file(seed: u64) -> (Vec<u8>, Vec<(String, Dtype, Vec<usize>, Vec<u8>)>) {
+fn oracle_file(seed: u64) -> (Vec<u8>, Vec<Spec>) {
     let mut rng = SplitMix64(seed);
     let specs: Vec<(&str, Dtype, Vec<usize>)> = vec![
         ("model.embed_tokens.weight", Dtype::F32, vec![7, 5]),
@@ -208,7 +211,7 @@ fn byte_flips_never_panic_and_agree_with_the_oracle() {
                 _ => f[i] = rng.next_u64() as u8,
             }
         }
-        if rng.next_u64() % 10 == 0 {
+        if rng.next_u64().is_multiple_of(10) {
             let cut = (rng.next_u64() % f.len() as u64) as usize;
             f.truncate(cut);
         }

@@ -163,42 +163,24 @@ impl<'de> Deserialize<'de> for Json {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Json;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("JSON")
-            }
-            fn visit_unit<E>(self) -> Result<Json, E> {
-                Ok(Json::Null)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Json, E> {
-                Ok(Json::Bool)
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
-                Ok(Json::U64(v))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Json, E> {
-                Ok(Json::Num) // only reached for negative values
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Json, E> {
-                Ok(Json::Num)
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Json, E> {
-                Ok(Json::Str(v.to_string()))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Json, E> {
-                Ok(Json::Str(v))
-            }
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result { f.write_str("JSON") }
+            fn visit_unit<E>(self) -> Result<Json, E> { Ok(Json::Null) }
+            fn visit_bool<E>(self, _: bool) -> Result<Json, E> { Ok(Json::Bool) }
+            fn visit_u64<E>(self, v: u64) -> Result<Json, E> { Ok(Json::U64(v)) }
+            // serde_json calls visit_i64 only for negative integers.
+            fn visit_i64<E>(self, _: i64) -> Result<Json, E> { Ok(Json::Num) }
+            fn visit_f64<E>(self, _: f64) -> Result<Json, E> { Ok(Json::Num) }
+            fn visit_str<E>(self, v: &str) -> Result<Json, E> { Ok(Json::Str(v.to_string())) }
+            fn visit_string<E>(self, v: String) -> Result<Json, E> { Ok(Json::Str(v)) }
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
                 let mut v = Vec::new();
-                while let Some(x) = a.next_element()? {
-                    v.push(x);
-                }
+                while let Some(x) = a.next_element()? { v.push(x) }
                 Ok(Json::Arr(v))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
+                // Keys in order, duplicates kept: the caller rejects them with a typed error.
                 let mut v = Vec::new();
-                while let Some(kv) = a.next_entry()? {
-                    v.push(kv);
-                }
+                while let Some(kv) = a.next_entry()? { v.push(kv) }
                 Ok(Json::Obj(v))
             }
         }
