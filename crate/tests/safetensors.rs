@@ -271,3 +271,38 @@ fn shard_index_and_sharded_model() {
     let e = SafetensorsModel::open(Some(two.as_bytes()), open).err().unwrap();
     assert!(matches!(e, ferrolm::Error::Safetensors(E::TensorInTwoShards { .. })), "{e}");
 }
+
+/// A sparse source: the real header, then `data_len` bytes that read as zeros.
+struct Sparse(Vec<u8>, u64);
+
+impl ByteSource for Sparse {
+    fn len(&self) -> u64 {
+        self.0.len() as u64 + self.1
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> ferrolm::Result<()> {
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = self.0.get((offset + i as u64) as usize).copied().unwrap_or(0);
+        }
+        Ok(())
+    }
+    fn name(&self) -> String {
+        "sparse".into()
+    }
+}
+
+#[test]
+fn offsets_past_4_gib_are_addressed_with_u64() {
+    let big: u64 = 5 << 30;
+    let h = format!(
+        r#"{{"big":{{"dtype":"U8","shape":[{big}],"data_offsets":[0,{big}]}},"w":{{"dtype":"F16","shape":[2],"data_offsets":[{big},{}]}}}}"#,
+        big + 4
+    );
+    let mut head = (h.len() as u64).to_le_bytes().to_vec();
+    head.extend_from_slice(h.as_bytes());
+    let src = Sparse(head, big + 4);
+    let st = SafetensorsFile::read(&src).unwrap();
+    let w = st.tensor("w").unwrap();
+    assert_eq!(w.offset, st.data_offset + big);
+    assert!(w.offset > u32::MAX as u64);
+    assert_eq!(st.read_tensor_f32(&src, w).unwrap(), vec![0.0, 0.0]);
+}
