@@ -11,6 +11,8 @@ pub enum Error {
     Io { path: String, #[source] source: std::io::Error },
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Safetensors(#[from] crate::weights::safetensors::SafetensorsError),
     #[error("quantized data: {0}")]
     Quant(String),
     #[error("tokenizer: {0}")]

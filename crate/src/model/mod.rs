@@ -3,5 +3,6 @@
 pub mod config;
 pub mod forward;
 pub mod weights;
+pub mod hf_config;
 
 pub use config::ModelConfig;

@@ -7,5 +7,6 @@ pub mod quant;
 pub mod kquants;
 pub mod pack;
 pub mod reshape;
+pub mod safetensors;
 
 pub use source::{read_gguf_header, AsyncSource, ByteSource, FileSource, MemSource};

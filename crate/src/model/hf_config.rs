@@ -1,0 +1,442 @@
+//! Hugging Face `config.json`, `generation_config.json` and `tokenizer_config.json`, read into
+//! plain structs with the families' defaults applied (Llama 3.x, Qwen2/2.5, Qwen3, Phi-3, Gemma 2,
+//! Gemma 3, Mistral). Unknown keys are ignored; a key that is present with the wrong type is an
+//! error naming it. Both config layouts are read: transformers 4.x (`rope_theta` + `rope_scaling`,
+//! Gemma 3's `rope_local_base_freq`) and 5.x (`rope_parameters`, flat or keyed by layer type).
+//! Rope inverse frequencies follow transformers' `ROPE_INIT_FUNCTIONS`, evaluated in f64.
+
+use crate::error::{Error, Result};
+use serde_json::{Map, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    Full,
+    Sliding,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeParams {
+    /// "default", "linear", "dynamic", "llama3", "longrope" are computed; others (yarn, ...) are kept
+    /// so the loader can name them, and `rope_inv_freq` refuses them.
+    pub rope_type: String,
+    pub theta: f64,
+    pub partial_rotary_factor: f64,
+    pub factor: Option<f64>,
+    pub low_freq_factor: Option<f64>,
+    pub high_freq_factor: Option<f64>,
+    pub original_max_position_embeddings: Option<u64>,
+    pub short_factor: Option<Vec<f64>>,
+    pub long_factor: Option<Vec<f64>>,
+    pub attention_factor: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HfConfig {
+    /// Of the text model (`gemma3_text` for a Gemma 3 whose text config is nested).
+    pub model_type: String,
+    /// The outer model_type when the text config was nested under `text_config`.
+    pub outer_model_type: Option<String>,
+    pub architectures: Vec<String>,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    /// Explicit `head_dim`, else hidden_size / num_attention_heads.
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub rms_norm_eps: f64,
+    pub max_position_embeddings: u64,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Vec<u64>,
+    pub eos_token_id: Vec<u64>,
+    /// `dtype` (transformers 5) or `torch_dtype` (4.x).
+    pub dtype: Option<String>,
+    pub hidden_act: String,
+    /// q/k/v projections have biases (Qwen2 always; others via `attention_bias`).
+    pub qkv_bias: bool,
+    /// RMS norm on q and k per head (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// Phi-3 stores fused `qkv_proj` and `gate_up_proj` tensors.
+    pub fused_qkv_gate_up: bool,
+    /// Rope of full-attention layers (of all layers when `rope_local` is None).
+    pub rope: RopeParams,
+    /// Rope of sliding layers when it differs (Gemma 3: `rope_local_base_freq`).
+    pub rope_local: Option<RopeParams>,
+    /// Window W of sliding layers: position i sees keys j with 0 <= i - j < W.
+    pub sliding_window: Option<u64>,
+    pub layer_types: Vec<LayerKind>,
+    /// Gemma: attention scale is query_pre_attn_scalar^-0.5 instead of head_dim^-0.5.
+    pub query_pre_attn_scalar: Option<f64>,
+    pub attn_logit_softcapping: Option<f64>,
+    pub final_logit_softcapping: Option<f64>,
+}
+
+fn bad(key: &str, want: &str, v: &Value) -> Error {
+    Error::Model(format!("config.json: {key} should be {want}, found {v}"))
+}
+
+/// Typed accessors where absent and null both mean "not set".
+struct Obj<'a>(&'a Map<String, Value>);
+
+impl<'a> Obj<'a> {
+    fn get(&self, k: &str) -> Option<&'a Value> {
+        self.0.get(k).filter(|v| !v.is_null())
+    }
+    fn u64(&self, k: &str) -> Result<Option<u64>> {
+        self.get(k).map(|v| v.as_u64().ok_or_else(|| bad(k, "a non-negative integer", v))).transpose()
+    }
+    fn need(&self, k: &str) -> Result<usize> {
+        let v = self.u64(k)?.ok_or_else(|| Error::Model(format!("config.json: missing {k}")))?;
+        usize::try_from(v).map_err(|_| bad(k, "a smaller integer", &Value::from(v)))
+    }
+    fn f64(&self, k: &str) -> Result<Option<f64>> {
+        self.get(k).map(|v| v.as_f64().ok_or_else(|| bad(k, "a number", v))).transpose()
+    }
+    fn str(&self, k: &str) -> Result<Option<&'a str>> {
+        self.get(k).map(|v| v.as_str().ok_or_else(|| bad(k, "a string", v))).transpose()
+    }
+    fn bool(&self, k: &str) -> Result<Option<bool>> {
+        self.get(k).map(|v| v.as_bool().ok_or_else(|| bad(k, "true or false", v))).transpose()
+    }
+    fn f64s(&self, k: &str) -> Result<Option<Vec<f64>>> {
+        self.get(k)
+            .map(|v| v.as_array().and_then(|a| a.iter().map(Value::as_f64).collect()).ok_or_else(|| bad(k, "a list of numbers", v)))
+            .transpose()
+    }
+    fn strs(&self, k: &str) -> Result<Option<Vec<String>>> {
+        self.get(k)
+            .map(|v| {
+                v.as_array()
+                    .and_then(|a| a.iter().map(|x| x.as_str().map(String::from)).collect())
+                    .ok_or_else(|| bad(k, "a list of strings", v))
+            })
+            .transpose()
+    }
+    /// A token id given as an integer or a list of integers.
+    fn ids(&self, k: &str) -> Result<Vec<u64>> {
+        match self.get(k) {
+            None => Ok(vec![]),
+            Some(Value::Array(a)) => a.iter().map(|x| x.as_u64().ok_or_else(|| bad(k, "token ids", x))).collect(),
+            Some(v) => Ok(vec![v.as_u64().ok_or_else(|| bad(k, "a token id or a list of them", v))?]),
+        }
+    }
+}
+
+fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>> {
+    v.as_object().ok_or_else(|| Error::Model(format!("{what} must be a JSON object")))
+}
+
+fn parse_json(text: &str, what: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| Error::Model(format!("{what} is not valid JSON: {e}")))
+}
+
+impl HfConfig {
+    pub fn from_json(text: &str) -> Result<HfConfig> {
+        let root = parse_json(text, "config.json")?;
+        let root = object(&root, "config.json")?;
+        // Multimodal wrappers (Gemma 3) nest the text model; its keys win, the outer ones fill gaps
+        // (token ids, dtype, tie_word_embeddings often live only at the top).
+        let mut merged = root.clone();
+        let mut outer_model_type = None;
+        if let Some(Value::Object(tc)) = root.get("text_config") {
+            outer_model_type = root.get("model_type").and_then(Value::as_str).map(String::from);
+            merged.remove("model_type");
+            for (k, v) in tc {
+                merged.insert(k.clone(), v.clone());
+            }
+        }
+        let o = Obj(&merged);
+        let model_type = o.str("model_type")?.unwrap_or("").to_string();
+        let family = model_type.trim_end_matches("_text");
+        let gemma = family.starts_with("gemma");
+        let hidden_size = o.need("hidden_size")?;
+        let num_attention_heads = o.need("num_attention_heads")?;
+        let num_key_value_heads = o.u64("num_key_value_heads")?.map_or(num_attention_heads, |v| v as usize);
+        let num_hidden_layers = o.need("num_hidden_layers")?;
+        if num_attention_heads == 0 || num_key_value_heads == 0 || num_attention_heads % num_key_value_heads != 0 {
+            return Err(Error::Model(format!(
+                "config.json: {num_attention_heads} attention heads cannot share {num_key_value_heads} KV heads"
+            )));
+        }
+        let head_dim = o.u64("head_dim")?.map_or(hidden_size / num_attention_heads, |v| v as usize);
+        let max_position_embeddings = o.u64("max_position_embeddings")?.unwrap_or(if gemma { 8192 } else { 4096 });
+        let act_key = if o.get("hidden_activation").is_some() { "hidden_activation" } else { "hidden_act" };
+        let hidden_act = o.str(act_key)?.unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" }).to_string();
+
+        let (rope, rope_local) = resolve_rope(&o, family, max_position_embeddings)?;
+        let layer_types = layer_types(&o, family, num_hidden_layers)?;
+        let sliding_window = match layer_types.contains(&LayerKind::Sliding) {
+            true => Some(o.u64("sliding_window")?.ok_or_else(|| Error::Model("config.json: sliding layers but no sliding_window".into()))?),
+            false => None,
+        };
+        // Gemma 2's defaults; Gemma 3 has no soft-capping unless its config says so.
+        let gemma2 = family == "gemma2";
+        let absent_or = |k: &str, d: Option<f64>| -> Result<Option<f64>> {
+            if merged.contains_key(k) { o.f64(k) } else { Ok(d) }
+        };
+        let cfg = HfConfig {
+            outer_model_type,
+            architectures: o.strs("architectures")?.unwrap_or_default(),
+            hidden_size,
+            intermediate_size: o.need("intermediate_size")?,
+            num_hidden_layers,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            vocab_size: o.need("vocab_size")?,
+            rms_norm_eps: o.f64("rms_norm_eps")?.unwrap_or(if family == "phi3" { 1e-5 } else { 1e-6 }),
+            max_position_embeddings,
+            tie_word_embeddings: o.bool("tie_word_embeddings")?.unwrap_or(gemma),
+            bos_token_id: o.ids("bos_token_id")?,
+            eos_token_id: o.ids("eos_token_id")?,
+            dtype: o.str("dtype")?.or(o.str("torch_dtype")?).map(String::from),
+            hidden_act,
+            qkv_bias: family == "qwen2" || o.bool("attention_bias")?.unwrap_or(false),
+            qk_norm: matches!(family, "qwen3" | "gemma3"),
+            fused_qkv_gate_up: family == "phi3",
+            rope,
+            rope_local,
+            sliding_window,
+            layer_types,
+            query_pre_attn_scalar: absent_or("query_pre_attn_scalar", gemma.then_some(256.0))?,
+            attn_logit_softcapping: absent_or("attn_logit_softcapping", gemma2.then_some(50.0))?,
+            final_logit_softcapping: absent_or("final_logit_softcapping", gemma2.then_some(30.0))?,
+            model_type,
+        };
+        for r in std::iter::once(&cfg.rope).chain(cfg.rope_local.as_ref()) {
+            if let Some(f) = [&r.short_factor, &r.long_factor].into_iter().flatten().find(|f| f.len() != cfg.rope_dim(r) / 2) {
+                return Err(Error::Model(format!(
+                    "config.json: longrope factor list has {} entries, the rotary dimension {} needs {}",
+                    f.len(),
+                    cfg.rope_dim(r),
+                    cfg.rope_dim(r) / 2
+                )));
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Rope parameters of layer `i`.
+    pub fn rope_for(&self, kind: LayerKind) -> &RopeParams {
+        match (kind, &self.rope_local) {
+            (LayerKind::Sliding, Some(r)) => r,
+            _ => &self.rope,
+        }
+    }
+
+    /// Rotated dimensions per head: `int(head_dim * partial_rotary_factor)` as transformers does.
+    pub fn rope_dim(&self, r: &RopeParams) -> usize {
+        (self.head_dim as f64 * r.partial_rotary_factor) as usize
+    }
+
+    /// Inverse frequencies for layers of `kind` at sequence length `seq_len` (dynamic NTK and
+    /// longrope depend on it; `None` means the init-time value transformers caches).
+    pub fn rope_inv_freq(&self, kind: LayerKind, seq_len: Option<u64>) -> Result<Vec<f64>> {
+        let r = self.rope_for(kind);
+        let dim = self.rope_dim(r);
+        let need = |v: Option<f64>, k: &str| v.ok_or_else(|| Error::Model(format!("config.json: {} rope needs {k}", r.rope_type)));
+        let default = |base: f64| -> Vec<f64> { (0..dim).step_by(2).map(|i| 1.0 / base.powf(i as f64 / dim as f64)).collect() };
+        Ok(match r.rope_type.as_str() {
+            "default" => default(r.theta),
+            "linear" => {
+                let f = need(r.factor, "factor")?;
+                default(r.theta).into_iter().map(|x| x / f).collect()
+            }
+            "dynamic" => {
+                let f = need(r.factor, "factor")?;
+                let max = self.max_position_embeddings as f64;
+                let seq = seq_len.map_or(max, |s| (s as f64).max(max));
+                let base = r.theta * ((f * seq / max) - (f - 1.0)).powf(dim as f64 / (dim as f64 - 2.0));
+                default(base)
+            }
+            "llama3" => {
+                let factor = need(r.factor, "factor")?;
+                let low = need(r.low_freq_factor, "low_freq_factor")?;
+                let high = need(r.high_freq_factor, "high_freq_factor")?;
+                let old = need(r.original_max_position_embeddings.map(|v| v as f64), "original_max_position_embeddings")?;
+                let (low_wl, high_wl) = (old / low, old / high);
+                default(r.theta)
+                    .into_iter()
+                    .map(|f| {
+                        let wl = 2.0 * std::f64::consts::PI / f;
+                        let scaled = if wl > low_wl { f / factor } else { f };
+                        if wl < high_wl || wl > low_wl {
+                            return scaled;
+                        }
+                        let smooth = (old / wl - low) / (high - low);
+                        (1.0 - smooth) * scaled / factor + smooth * scaled
+                    })
+                    .collect()
+            }
+            "longrope" => {
+                let orig = need(r.original_max_position_embeddings.map(|v| v as f64), "original_max_position_embeddings")?;
+                let long = seq_len.is_some_and(|s| s as f64 > orig);
+                let ext = if long { &r.long_factor } else { &r.short_factor };
+                let ext = ext.as_ref().ok_or_else(|| Error::Model("config.json: longrope needs short_factor and long_factor".into()))?;
+                (0..dim).step_by(2).zip(ext).map(|(i, e)| 1.0 / (e * r.theta.powf(i as f64 / dim as f64))).collect()
+            }
+            other => return Err(Error::Unsupported(format!("rope type {other:?}"))),
+        })
+    }
+
+    /// The factor transformers multiplies cos and sin by (longrope's attention scaling; else 1).
+    pub fn rope_attention_factor(&self, kind: LayerKind) -> f64 {
+        let r = self.rope_for(kind);
+        if r.rope_type != "longrope" {
+            return 1.0;
+        }
+        let orig = r.original_max_position_embeddings.unwrap_or(self.max_position_embeddings) as f64;
+        let factor = r.factor.unwrap_or(self.max_position_embeddings as f64 / orig);
+        r.attention_factor.unwrap_or(if factor <= 1.0 { 1.0 } else { (1.0 + factor.ln() / orig.ln()).sqrt() })
+    }
+}
+
+fn rope_from(d: &Obj, top: &Obj, default_theta: f64, max_pos: u64) -> Result<RopeParams> {
+    let rope_type = d.str("rope_type")?.or(d.str("type")?).unwrap_or("default");
+    // transformers 4.x called longrope "su" (Phi-3 128k); 5.x renames it when loading.
+    let rope_type = if rope_type == "su" { "longrope" } else { rope_type }.to_string();
+    let scaled = matches!(rope_type.as_str(), "llama3" | "yarn" | "longrope");
+    // Phi-3 keeps the pretraining length at the top level, and it takes priority there.
+    let orig = match top.u64("original_max_position_embeddings")? {
+        Some(v) if scaled => Some(v),
+        _ => d.u64("original_max_position_embeddings")?.or(scaled.then_some(max_pos)),
+    };
+    Ok(RopeParams {
+        theta: d.f64("rope_theta")?.or(top.f64("rope_theta")?).unwrap_or(default_theta),
+        partial_rotary_factor: d.f64("partial_rotary_factor")?.or(top.f64("partial_rotary_factor")?).unwrap_or(1.0),
+        factor: d.f64("factor")?,
+        low_freq_factor: d.f64("low_freq_factor")?,
+        high_freq_factor: d.f64("high_freq_factor")?,
+        original_max_position_embeddings: orig,
+        short_factor: d.f64s("short_factor")?,
+        long_factor: d.f64s("long_factor")?,
+        attention_factor: d.f64("attention_factor")?,
+        rope_type,
+    })
+}
+
+/// (rope of full layers, rope of sliding layers if different), mirroring transformers'
+/// `convert_rope_params_to_dict` + `standardize_rope_params` (and Gemma 3's override of them).
+fn resolve_rope(o: &Obj, family: &str, max_pos: u64) -> Result<(RopeParams, Option<RopeParams>)> {
+    let empty = Map::new();
+    let pick = |k: &str| -> Result<Option<&Map<String, Value>>> {
+        o.get(k).map(|v| v.as_object().ok_or_else(|| bad(k, "an object", v))).transpose()
+    };
+    let scaling = pick("rope_scaling")?;
+    let params = pick("rope_parameters")?;
+    let nested = params.filter(|p| p.contains_key("full_attention") || p.contains_key("sliding_attention"));
+    if let Some(p) = nested {
+        let sub = |k: &str| p.get(k).and_then(Value::as_object).unwrap_or(&empty);
+        let g3 = family == "gemma3";
+        let full = rope_from(&Obj(sub("full_attention")), o, if g3 { 1e6 } else { 1e4 }, max_pos)?;
+        let local = rope_from(&Obj(sub("sliding_attention")), o, 1e4, max_pos)?;
+        return Ok((full, Some(local)));
+    }
+    if family == "gemma3" {
+        // 4.x layout: rope_theta/rope_scaling for global layers, rope_local_base_freq for local ones.
+        let full = rope_from(&Obj(scaling.or(params).unwrap_or(&empty)), o, 1e6, max_pos)?;
+        let mut local = rope_from(&Obj(&empty), &Obj(&empty), 1e4, max_pos)?;
+        local.theta = o.f64("rope_local_base_freq")?.unwrap_or(1e4);
+        local.partial_rotary_factor = full.partial_rotary_factor;
+        return Ok((full, Some(local)));
+    }
+    Ok((rope_from(&Obj(scaling.or(params).unwrap_or(&empty)), o, 1e4, max_pos)?, None))
+}
+
+/// Attention kind of each layer: `layer_types` when given, else each family's rule in transformers.
+fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
+    let window = o.u64("sliding_window")?;
+    // Mistral applies its window (if any) to every layer and ignores layer_types.
+    if family == "mistral" {
+        return Ok(vec![if window.is_some() { LayerKind::Sliding } else { LayerKind::Full }; n]);
+    }
+    if let Some(list) = o.strs("layer_types")? {
+        if list.len() != n {
+            return Err(Error::Model(format!("config.json: layer_types has {} entries for {n} layers", list.len())));
+        }
+        return list
+            .iter()
+            .map(|s| match s.as_str() {
+                "full_attention" => Ok(LayerKind::Full),
+                "sliding_attention" => Ok(LayerKind::Sliding),
+                other => Err(Error::Unsupported(format!("layer type {other:?}"))),
+            })
+            .collect();
+    }
+    let pattern = match family {
+        "gemma2" => 2,
+        "gemma3" => o.u64("sliding_window_pattern")?.unwrap_or(6),
+        "qwen2" | "qwen3" => {
+            let on = o.bool("use_sliding_window")?.unwrap_or(false) && window.is_some();
+            let from = o.u64("max_window_layers")?.unwrap_or(28) as usize;
+            return Ok((0..n).map(|i| if on && i >= from { LayerKind::Sliding } else { LayerKind::Full }).collect());
+        }
+        _ => return Ok(vec![LayerKind::Full; n]),
+    } as usize;
+    Ok((0..n).map(|i| if pattern != 0 && (i + 1) % pattern != 0 { LayerKind::Sliding } else { LayerKind::Full }).collect())
+}
+
+/// `generation_config.json`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenerationConfig {
+    pub bos_token_id: Vec<u64>,
+    pub eos_token_id: Vec<u64>,
+    pub pad_token_id: Vec<u64>,
+}
+
+impl GenerationConfig {
+    pub fn from_json(text: &str) -> Result<GenerationConfig> {
+        let v = parse_json(text, "generation_config.json")?;
+        let o = Obj(object(&v, "generation_config.json")?);
+        Ok(GenerationConfig { bos_token_id: o.ids("bos_token_id")?, eos_token_id: o.ids("eos_token_id")?, pad_token_id: o.ids("pad_token_id")? })
+    }
+}
+
+/// The parts of `tokenizer_config.json` the engine uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenizerConfig {
+    /// The template named "default" when several are given as `[{name, template}]`.
+    pub chat_template: Option<String>,
+    /// All named templates (one unnamed "default" for a plain string).
+    pub chat_templates: Vec<(String, String)>,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    pub add_bos_token: Option<bool>,
+}
+
+impl TokenizerConfig {
+    pub fn from_json(text: &str) -> Result<TokenizerConfig> {
+        let v = parse_json(text, "tokenizer_config.json")?;
+        let m = object(&v, "tokenizer_config.json")?;
+        let o = Obj(m);
+        let err = |k: &str, v: &Value| Error::Model(format!("tokenizer_config.json: unexpected {k}: {v}"));
+        let chat_templates = match o.get("chat_template") {
+            None => vec![],
+            Some(Value::String(s)) => vec![("default".to_string(), s.clone())],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|t| match (t.get("name").and_then(Value::as_str), t.get("template").and_then(Value::as_str)) {
+                    (Some(n), Some(s)) => Ok((n.to_string(), s.to_string())),
+                    _ => Err(err("chat_template entry", t)),
+                })
+                .collect::<Result<_>>()?,
+            Some(v) => return Err(err("chat_template", v)),
+        };
+        // Special tokens are plain strings or AddedToken objects {"content": ..., ...}.
+        let token = |k: &str| -> Result<Option<String>> {
+            match o.get(k) {
+                None => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(v) => v.get("content").and_then(Value::as_str).map(|s| Some(s.to_string())).ok_or_else(|| err(k, v)),
+            }
+        };
+        Ok(TokenizerConfig {
+            chat_template: chat_templates.iter().find(|(n, _)| n == "default").map(|(_, t)| t.clone()),
+            chat_templates,
+            bos_token: token("bos_token")?,
+            eos_token: token("eos_token")?,
+            add_bos_token: o.bool("add_bos_token").map_err(|_| err("add_bos_token", &m["add_bos_token"]))?,
+        })
+    }
+}
