@@ -46,7 +46,7 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Io { .. } => "IoError",
-            Error::Gguf(_) => "ModelFormatError",
+            Error::Gguf(_) | Error::Safetensors(_) => "ModelFormatError",
             Error::Quant(_) => "ModelFormatError",
             Error::Tokenizer(_) => "TokenizerError",
             Error::Template(_) => "TemplateError",
