@@ -10,6 +10,26 @@ use crate::sampler::{self, Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::weights::{read_gguf_header, AsyncSource};
 
+/// Timestamp queries around one compute pass.
+struct Timer {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+}
+
+impl Timer {
+    fn new(gpu: &Gpu) -> Timer {
+        let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("step timer"), ty: wgpu::QueryType::Timestamp, count: 2 });
+        let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timestamps"),
+            size: 16,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        Timer { queries, resolve, readback: gpu.readback_buffer("timestamps readback", 16) }
+    }
+}
+
 /// Greedy decode steps queued on the GPU ahead of the one being read back.
 const PIPELINE_DEPTH: usize = 2;
 
@@ -315,6 +335,10 @@ impl Runtime {
     /// in the previous step), copying the sampled token to readback `slot` and, if asked, the
     /// logits to the logits readback buffer.
     fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool) -> wgpu::SubmissionIndex {
+        self.submit_timed(ids, slot, copy_logits, None)
+    }
+
+    fn submit_timed(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool, timer: Option<&Timer>) -> wgpu::SubmissionIndex {
         let n = ids.map_or(1, |i| i.len()) as u32;
         let gpu = &self.gpu;
         if let Some(ids) = ids {
@@ -323,9 +347,18 @@ impl Runtime {
         gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n, self.pos as u32, slot as u32, 0]));
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         {
-            let mut pass = enc.begin_compute_pass(&Default::default());
+            let timestamp_writes = timer.map(|t| wgpu::ComputePassTimestampWrites {
+                query_set: &t.queries,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: Some(1),
+            });
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             let program = if n == 1 { &self.decode } else { &self.prefill };
             program.record(&mut pass, n);
+        }
+        if let Some(t) = timer {
+            enc.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);
+            enc.copy_buffer_to_buffer(&t.resolve, 0, &t.readback, 0, 16);
         }
         if copy_logits {
             enc.copy_buffer_to_buffer(&self.bufs.logits, 0, &self.readback, 0, self.cfg.vocab as u64 * 4);
@@ -380,6 +413,32 @@ impl Runtime {
     pub async fn read_token(&self, slot: usize, after: wgpu::SubmissionIndex) -> Result<u32> {
         let bytes = self.gpu.read_mapped_after(&self.token_readback[slot], 4, Some(after)).await?;
         Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    /// GPU time of one decode step in milliseconds, from timestamp queries; `None` when the
+    /// adapter has no timestamps. The step runs at the current position and advances it.
+    pub async fn time_decode_step(&mut self) -> Result<Option<f64>> {
+        if !self.gpu.summary.timestamps {
+            return Ok(None);
+        }
+        let timer = Timer::new(&self.gpu);
+        let sub = self.submit_timed(None, 0, false, Some(&timer));
+        let bytes = self.gpu.read_mapped_after(&timer.readback, 16, Some(sub)).await?;
+        let t: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
+        let ns = t[1].saturating_sub(t[0]) as f64 * self.gpu.queue.get_timestamp_period() as f64;
+        Ok(Some(ns / 1e6))
+    }
+
+    /// Bytes of GPU memory the runtime holds: weights, activations, KV cache, readback.
+    pub fn gpu_bytes(&self) -> u64 {
+        self.weights.bytes + self.bufs.bytes + self.cfg.vocab as u64 * 4 + forward::TOKEN_SLOTS as u64 * 4
+    }
+
+    /// Weight bytes one decode step reads: every layer matrix, the LM head, one embedding row.
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        let w = &self.weights;
+        let layers: u64 = w.layers.iter().map(|l| l.wqkv.bytes + l.wo.bytes + l.w_gate_up.bytes + l.w_down.bytes + l.vecs.size()).sum();
+        layers + w.lm_head().bytes + w.embed.bytes / w.embed.rows as u64
     }
 
     pub fn decode_dispatches(&self) -> usize {

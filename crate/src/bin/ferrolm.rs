@@ -33,6 +33,22 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Measure prefill and decode speed (medians over repetitions).
+    Bench {
+        #[arg(long)]
+        model: String,
+        #[arg(long, default_value_t = 512)]
+        prompt_len: usize,
+        #[arg(long, default_value_t = 128)]
+        gen: usize,
+        /// Tokens of context before decoding starts (default: the prompt length).
+        #[arg(long)]
+        depth: Option<usize>,
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a model file's metadata and tensor table.
     Inspect {
         #[arg(long)]
@@ -133,6 +149,7 @@ fn main() {
         Cmd::Chat(a) => chat(a),
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
         Cmd::Inspect { model, json } => inspect(&model, json),
+        Cmd::Bench { model, prompt_len, gen, depth, reps, json } => bench(&model, prompt_len, gen, depth, reps, json),
     };
     if let Err(e) = res {
         eprintln!("error: {e}");
@@ -154,6 +171,26 @@ fn load(m: &ModelArgs, quiet: bool) -> Result<Engine> {
         }
     };
     block_on(Engine::load(&src, &opts, &mut progress))
+}
+
+fn bench(model: &str, prompt_len: usize, gen: usize, depth: Option<usize>, reps: usize, json: bool) -> Result<()> {
+    let o = ferrolm::bench::BenchOptions { prompt_len, gen, depth, reps };
+    let ctx = ferrolm::bench::context_needed(&o);
+    let src = FileSource::open(model)?;
+    let opts = LoadOptions { context_length: Some(ctx), max_batch: prompt_len.clamp(1, 512) };
+    let mut engine = block_on(Engine::load(&src, &opts, &mut |_, _, _| {}))?;
+    let r = block_on(ferrolm::bench::run(&mut engine, &o))?;
+    if json {
+        println!("{}", serde_json::json!(r));
+    } else {
+        println!("{} on {} ({})", model, r.adapter["name"].as_str().unwrap_or("?"), r.adapter["backend"].as_str().unwrap_or("?"));
+        println!("prefill pp{}: {:.0} tok/s", r.prompt_len, r.prefill_tok_s);
+        println!("decode tg{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step)", r.gen, r.depth, r.decode_tok_s, r.ms_per_token,
+            r.gpu_ms_per_step.map_or("n/a".to_string(), |v| format!("{v:.3}")));
+        println!("{} dispatches, {} submit, {} readback per token; {:.1} GB/s effective; {} MiB GPU memory",
+            r.dispatches_per_token, r.submits_per_token, r.readbacks_per_token, r.effective_gb_s, r.gpu_memory_bytes >> 20);
+    }
+    Ok(())
 }
 
 fn parse_ids(s: &str) -> Result<Vec<u32>> {

@@ -1,0 +1,137 @@
+//! `ferrolm bench`: prefill and decode speed of a loaded model, measured the way the engine
+//! runs (one submit per step, GPU argmax, pipelined token readback), medians over repetitions.
+
+use crate::engine::{now_ms, Engine};
+use crate::error::{Error, Result};
+use crate::model::forward::TOKEN_SLOTS;
+use crate::sampler::Rng;
+
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub prompt_len: usize,
+    pub gen: usize,
+    /// Context already in the KV cache when decoding starts (default: `prompt_len`).
+    pub depth: Option<usize>,
+    pub reps: usize,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchReport {
+    pub prompt_len: usize,
+    pub gen: usize,
+    pub depth: usize,
+    pub reps: usize,
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+    pub ms_per_token: f64,
+    pub prefill_ms: Vec<f64>,
+    pub decode_ms: Vec<f64>,
+    pub dispatches_per_token: usize,
+    pub prefill_dispatches_per_chunk: usize,
+    pub submits_per_token: usize,
+    pub readbacks_per_token: usize,
+    pub weight_bytes_per_token: u64,
+    pub kv_bytes_per_token: u64,
+    pub effective_gb_s: f64,
+    pub gpu_memory_bytes: u64,
+    /// Median GPU time of one decode step at the benchmark depth (timestamp queries), if available.
+    pub gpu_ms_per_step: Option<f64>,
+    pub adapter: serde_json::Value,
+    pub model: serde_json::Value,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[s.len() / 2]
+}
+
+/// Context needed for these options; load the engine with at least this.
+pub fn context_needed(o: &BenchOptions) -> usize {
+    o.depth.unwrap_or(o.prompt_len).max(o.prompt_len) + o.gen + 1
+}
+
+pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
+    if o.prompt_len == 0 || o.gen == 0 || o.reps == 0 {
+        return Err(Error::InvalidOption("bench needs --prompt-len, --gen and --reps of at least 1".into()));
+    }
+    let depth = o.depth.unwrap_or(o.prompt_len);
+    let rt = &mut engine.rt;
+    if context_needed(o) > rt.context {
+        return Err(Error::ContextOverflow { tokens: depth, max_new: o.gen, context: rt.context });
+    }
+    let mut rng = Rng::new(42);
+    let vocab = rt.cfg.vocab as u64;
+    let prompt: Vec<u32> = (0..o.prompt_len).map(|_| (rng.next_u64() % vocab) as u32).collect();
+    let fill: Vec<u32> = (0..depth).map(|_| (rng.next_u64() % vocab) as u32).collect();
+
+    // Decoding `gen` greedy tokens from `start` with the GPU choosing each one.
+    async fn decode(rt: &mut crate::engine::Runtime, start: usize, first: u32, gen: usize) -> Result<f64> {
+        rt.pos = start;
+        let t0 = now_ms();
+        let mut inflight = std::collections::VecDeque::new();
+        let mut feed = Some(first);
+        for i in 0..gen {
+            let slot = i % TOKEN_SLOTS;
+            inflight.push_back((slot, rt.submit_greedy(feed.take(), slot)?));
+            if inflight.len() > 2 {
+                let (s, sub) = inflight.pop_front().unwrap();
+                rt.read_token(s, sub).await?;
+            }
+        }
+        while let Some((s, sub)) = inflight.pop_front() {
+            rt.read_token(s, sub).await?;
+        }
+        Ok(now_ms() - t0)
+    }
+
+    // Warm-up: compile caches, first-touch allocations, clocks.
+    rt.pos = 0;
+    rt.forward(&prompt).await?;
+    decode(rt, o.prompt_len, 1, 8.min(o.gen)).await?;
+
+    let (mut pre, mut dec, mut gpu) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..o.reps {
+        rt.pos = 0;
+        let t0 = now_ms();
+        rt.forward(&prompt).await?;
+        pre.push(now_ms() - t0);
+        if depth != o.prompt_len {
+            rt.pos = 0;
+            rt.forward(&fill).await?;
+        }
+        dec.push(decode(rt, depth, 1, o.gen).await?);
+        rt.pos = depth;
+        if let Some(ms) = rt.time_decode_step().await? {
+            gpu.push(ms);
+        }
+    }
+    rt.gpu.check()?;
+    let (p, d) = (median(&pre), median(&dec));
+    let decode_tok_s = o.gen as f64 / (d / 1e3);
+    let cfg = &rt.cfg;
+    let kv_bytes_per_token = (cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2 * (depth + o.gen / 2)) as u64;
+    let wb = rt.weight_bytes_per_token();
+    Ok(BenchReport {
+        prompt_len: o.prompt_len,
+        gen: o.gen,
+        depth,
+        reps: o.reps,
+        prefill_tok_s: o.prompt_len as f64 / (p / 1e3),
+        decode_tok_s,
+        ms_per_token: d / o.gen as f64,
+        prefill_ms: pre,
+        decode_ms: dec,
+        dispatches_per_token: rt.decode_dispatches(),
+        prefill_dispatches_per_chunk: rt.prefill_dispatches(),
+        submits_per_token: 1,
+        readbacks_per_token: 1,
+        weight_bytes_per_token: wb,
+        kv_bytes_per_token,
+        effective_gb_s: (wb + kv_bytes_per_token) as f64 * decode_tok_s / 1e9,
+        gpu_memory_bytes: rt.gpu_bytes(),
+        gpu_ms_per_step: if gpu.is_empty() { None } else { Some(median(&gpu)) },
+        adapter: serde_json::json!(rt.gpu.summary),
+        model: serde_json::json!({"source": engine.source_name, "arch": cfg.arch, "layers": cfg.n_layers, "hidden": cfg.hidden, "vocab": cfg.vocab, "context": rt.context}),
+    })
+}
