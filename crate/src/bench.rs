@@ -38,6 +38,10 @@ pub struct BenchReport {
     pub gpu_ms_per_step: Option<f64>,
     pub adapter: serde_json::Value,
     pub model: serde_json::Value,
+    /// Per-kernel GPU time (kernel, dispatches, ms) of one decode step and one prefill step
+    /// at the benchmark sizes, where timestamps inside passes are available.
+    pub decode_profile: Option<Vec<(String, usize, f64)>>,
+    pub prefill_profile: Option<Vec<(String, usize, f64)>>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -106,6 +110,10 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
             gpu.push(ms);
         }
     }
+    rt.pos = depth;
+    let decode_profile = rt.profile_step(1).await?;
+    rt.pos = 0;
+    let prefill_profile = rt.profile_step(o.prompt_len.min(rt.max_batch)).await?;
     rt.gpu.check()?;
     let (p, d) = (median(&pre), median(&dec));
     let decode_tok_s = o.gen as f64 / (d / 1e3);
@@ -132,6 +140,8 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         gpu_memory_bytes: rt.gpu_bytes(),
         gpu_ms_per_step: if gpu.is_empty() { None } else { Some(median(&gpu)) },
         adapter: serde_json::json!(rt.gpu.summary),
+        decode_profile,
+        prefill_profile,
         model: serde_json::json!({"source": engine.source_name, "arch": cfg.arch, "layers": cfg.n_layers, "hidden": cfg.hidden, "vocab": cfg.vocab, "context": rt.context}),
     })
 }

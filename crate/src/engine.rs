@@ -354,7 +354,7 @@ impl Runtime {
             });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             let program = if n == 1 { &self.decode } else { &self.prefill };
-            program.record(&mut pass, n);
+            program.record(&mut pass, n, self.pos as u32);
         }
         if let Some(t) = timer {
             enc.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);
@@ -427,6 +427,55 @@ impl Runtime {
         let t: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
         let ns = t[1].saturating_sub(t[0]) as f64 * self.gpu.queue.get_timestamp_period() as f64;
         Ok(Some(ns / 1e6))
+    }
+
+    /// GPU time per kernel of one step over `n` tokens (decode when `n == 1`), from timestamps
+    /// written between dispatches: (kernel, dispatches, total ms), slowest first. `None` when
+    /// the adapter cannot write timestamps inside passes. The step advances the position.
+    pub async fn profile_step(&mut self, n: usize) -> Result<Option<Vec<(String, usize, f64)>>> {
+        if !self.gpu.summary.timestamps_in_passes {
+            return Ok(None);
+        }
+        let program = if n == 1 { &self.decode } else { &self.prefill };
+        let count = program.dispatches() as u32 + 1;
+        let qs = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("profile"), ty: wgpu::QueryType::Timestamp, count });
+        let size = count as u64 * 8;
+        let resolve = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile"),
+            size,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let readback = self.gpu.readback_buffer("profile readback", size);
+        let ids = vec![1u32; n];
+        self.gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(&ids));
+        self.gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n as u32, self.pos as u32, 0, 0]));
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        let kernels = {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            program.record_profiled(&mut pass, n as u32, self.pos as u32, &qs)
+        };
+        enc.resolve_query_set(&qs, 0..count, &resolve, 0);
+        enc.copy_buffer_to_buffer(&resolve, 0, &readback, 0, size);
+        let sub = self.gpu.queue.submit([enc.finish()]);
+        self.pos += n;
+        let bytes = self.gpu.read_mapped_after(&readback, size, Some(sub)).await?;
+        let t: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
+        let period = self.gpu.queue.get_timestamp_period() as f64;
+        let mut agg: Vec<(String, usize, f64)> = Vec::new();
+        for (i, k) in kernels.iter().enumerate() {
+            let ms = t[i + 1].saturating_sub(t[i]) as f64 * period / 1e6;
+            let name = k.to_string();
+            match agg.iter_mut().find(|a| a.0 == name) {
+                Some(a) => {
+                    a.1 += 1;
+                    a.2 += ms;
+                }
+                None => agg.push((name, 1, ms)),
+            }
+        }
+        agg.sort_by(|a, b| b.2.total_cmp(&a.2));
+        Ok(Some(agg))
     }
 
     /// Bytes of GPU memory the runtime holds: weights, activations, KV cache, readback.

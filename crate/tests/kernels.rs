@@ -430,3 +430,45 @@ fn argmax_picks_first_maximum() {
     assert_eq!(read_u32(&g, &ib, 1)[0], want);
     assert_eq!(read_u32(&g, &ob, 8), [u32::MAX, u32::MAX, u32::MAX, want, u32::MAX, u32::MAX, u32::MAX, u32::MAX]);
 }
+
+#[test]
+fn split_kv_decode_attention() {
+    let g = gpu();
+    let mut r = R::new();
+    for (hd, nh, nkv, ctx, pos, window, softcap) in
+        [(64usize, 4usize, 2usize, 300usize, 0usize, 0u32, 0f32), (64, 9, 3, 300, 63, 0, 0.0), (64, 9, 3, 300, 64, 0, 0.0), (128, 2, 1, 300, 250, 0, 0.0), (256, 4, 2, 300, 200, 70, 5.0)]
+    {
+        let q = r.vec(nh * hd);
+        let cache: Vec<f32> = (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
+        let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
+        let scale = 1.0 / (hd as f64).sqrt();
+        let end = pos + 1;
+        let start = if window > 0 && end > window as usize { end - window as usize } else { 0 };
+        let mut want = vec![0f32; nh * hd];
+        for h in 0..nh {
+            let kvh = h / (nh / nkv);
+            let scores: Vec<f64> = (start..end)
+                .map(|j| {
+                    let mut s = q[h * hd..][..hd].iter().zip(&kcache[(kvh * ctx + j) * hd..][..hd]).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale;
+                    if softcap > 0.0 {
+                        s = softcap as f64 * (s / softcap as f64).tanh();
+                    }
+                    s
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for d in 0..hd {
+                want[h * hd + d] = ((start..end).zip(&e).map(|(j, p)| p * vcache[(kvh * ctx + j) * hd + d] as f64).sum::<f64>() / sum) as f32;
+            }
+        }
+        let (qb, kvb) = (buf_f32(&g, &q), buf_u32(&g, &pack_f16(&cache)));
+        let part = poisoned(&g, nh * ctx.div_ceil(64) * (hd + 2));
+        let ob = poisoned(&g, nh * hd);
+        let consts = [("HD", hd as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CTX", ctx as f64), ("SCALE", scale), ("SOFTCAP", softcap as f64), ("WINDOW", window as f64)];
+        g.dispatch_once(Kernel::AttnDecode, &consts, &[(0, &qb), (1, &kvb), (2, &kvb), (3, &part)], [1, pos as u32, 0, 0], [nh as u32, end.div_ceil(64) as u32, 1]).unwrap();
+        g.dispatch_once(Kernel::AttnCombine, &[("HD", hd as f64), ("CTX", ctx as f64)], &[(0, &part), (3, &ob)], [1, pos as u32, 0, 0], [nh as u32, 1, 1]).unwrap();
+        assert_close(&read(&g, &ob, nh * hd), &want, 1e-4, 1e-4, &format!("split attention hd={hd} pos={pos} window={window} softcap={softcap}"));
+    }
+}

@@ -189,6 +189,15 @@ fn bench(model: &str, prompt_len: usize, gen: usize, depth: Option<usize>, reps:
             r.gpu_ms_per_step.map_or("n/a".to_string(), |v| format!("{v:.3}")));
         println!("{} dispatches, {} submit, {} readback per token; {:.1} GB/s effective; {} MiB GPU memory",
             r.dispatches_per_token, r.submits_per_token, r.readbacks_per_token, r.effective_gb_s, r.gpu_memory_bytes >> 20);
+        for (what, prof) in [("decode step", &r.decode_profile), ("prefill step", &r.prefill_profile)] {
+            if let Some(p) = prof {
+                let total: f64 = p.iter().map(|k| k.2).sum();
+                println!("GPU time per kernel, one {what} ({total:.3} ms):");
+                for (k, n, ms) in p {
+                    println!("  {k:<10} {n:>4} dispatches {ms:>8.3} ms ({:>4.1}%)", 100.0 * ms / total);
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -21,6 +21,7 @@ pub struct AdapterSummary {
     pub shader_f16: bool,
     pub subgroups: bool,
     pub timestamps: bool,
+    pub timestamps_in_passes: bool,
 }
 
 pub struct Gpu {
@@ -81,7 +82,11 @@ impl Gpu {
         // Subgroup reductions assume a subgroup is exactly one 32-thread row of a kernel.
         let sg32 = features.contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
         let sg32 = sg32 && std::env::var("FERROLM_NO_SUBGROUPS").is_err();
-        let mut wanted = features & wgpu::Features::TIMESTAMP_QUERY;
+        // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
+        let mut wanted = features
+            & (wgpu::Features::TIMESTAMP_QUERY
+                | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
+                | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
         if sg32 {
             wanted |= wgpu::Features::SUBGROUP;
         }
@@ -124,6 +129,7 @@ impl Gpu {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: sg32,
             timestamps: wanted.contains(wgpu::Features::TIMESTAMP_QUERY),
+            timestamps_in_passes: wanted.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         };
         let pipelines = Pipelines::new(sg32);
         Ok(Gpu { device, queue, summary, limits, pipelines, error })

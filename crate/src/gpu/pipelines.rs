@@ -18,6 +18,8 @@ pub enum Kernel {
     RmsNorm,
     RopeKv,
     Attention,
+    AttnDecode,
+    AttnCombine,
     FfnAct,
     Argmax,
 }
@@ -46,6 +48,8 @@ impl Kernel {
             Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false, false),
             Kernel::RopeKv => (include_str!("../../../shaders/rope_kv.wgsl"), false, false),
             Kernel::Attention => (include_str!("../../../shaders/attention.wgsl"), false, false),
+            Kernel::AttnDecode => (include_str!("../../../shaders/attn_decode.wgsl"), false, false),
+            Kernel::AttnCombine => (include_str!("../../../shaders/attn_combine.wgsl"), false, false),
             Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false, false),
             Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), false, false),
         };
@@ -72,7 +76,8 @@ impl Kernel {
             Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
             Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), None, Some(Uniform), Some(Read)],
-            Kernel::Attention => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::Attention | Kernel::AttnDecode => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::AttnCombine => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
             Kernel::FfnAct => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
         }

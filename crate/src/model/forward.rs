@@ -28,10 +28,12 @@ enum Grid {
     Tiles(u32),
     /// `n` elements per token, 256 per workgroup, folded into 2-D past 65535 workgroups.
     Elems(u32),
+    /// (heads, splits): one workgroup per 64 cached positions (decode attention).
+    Splits(u32),
 }
 
 impl Grid {
-    fn dims(self, t: u32) -> [u32; 3] {
+    fn dims(self, t: u32, pos: u32) -> [u32; 3] {
         match self {
             Grid::Fixed(x) => [x, 1, 1],
             Grid::Fixed2(x, y) => [x, y, 1],
@@ -43,11 +45,14 @@ impl Grid {
                 let y = wgs.div_ceil(65535);
                 [wgs.div_ceil(y), y, 1]
             }
+            Grid::Splits(heads) => [heads, (pos + t).div_ceil(64), 1],
         }
     }
 }
 
 struct Op {
+    /// What the dispatch does, for profiles ("qkv", "attention", "down", ...).
+    label: &'static str,
     pipeline: Rc<Pipeline>,
     bind: wgpu::BindGroup,
     grid: Grid,
@@ -64,6 +69,8 @@ pub struct Buffers {
     /// Per token: [gate; up].
     pub gu: wgpu::Buffer,
     pub h: wgpu::Buffer,
+    /// Split-KV attention partials: [heads][splits][head_dim + 2].
+    pub part: wgpu::Buffer,
     pub xlast: wgpu::Buffer,
     pub logits: wgpu::Buffer,
     /// GPU-sampled token ids, one slot per in-flight step.
@@ -106,6 +113,7 @@ impl Buffers {
             attn: buf("attn", t * qd * f)?,
             gu: buf("gu", t * 2 * ff * f)?,
             h: buf("h", t * ff * f)?,
+            part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 2)) as u64 * f)?,
             xlast: buf("xlast", h * f)?,
             logits: buf("logits", cfg.vocab as u64 * f)?,
             tokens: buf("tokens", TOKEN_SLOTS as u64 * 4)?,
@@ -143,9 +151,24 @@ impl Program {
         self.ops.len()
     }
 
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
+    /// Record with a timestamp before the first dispatch and after each one (profiling);
+    /// returns each dispatch's kernel.
+    pub fn record_profiled(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, qs: &wgpu::QuerySet) -> Vec<&'static str> {
+        pass.write_timestamp(qs, 0);
+        for (i, op) in self.ops.iter().enumerate() {
+            let [x, y, z] = op.grid.dims(n_tokens, pos);
+            pass.set_pipeline(&op.pipeline.pipeline);
+            pass.set_bind_group(0, &op.bind, &[]);
+            pass.dispatch_workgroups(x, y, z);
+            pass.write_timestamp(qs, i as u32 + 1);
+        }
+        self.ops.iter().map(|o| o.label).collect()
+    }
+
+    /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos`.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32) {
         for op in &self.ops {
-            let [x, y, z] = op.grid.dims(n_tokens);
+            let [x, y, z] = op.grid.dims(n_tokens, pos);
             pass.set_pipeline(&op.pipeline.pipeline);
             pass.set_bind_group(0, &op.bind, &[]);
             pass.dispatch_workgroups(x, y, z);
@@ -165,7 +188,7 @@ fn b(v: bool) -> f64 {
 }
 
 impl Builder<'_> {
-    fn push(&mut self, k: Kernel, consts: &[(&str, f64)], bufs: &[(u32, &wgpu::Buffer)], grid: Grid) {
+    fn push(&mut self, label: &'static str, k: Kernel, consts: &[(&str, f64)], bufs: &[(u32, &wgpu::Buffer)], grid: Grid) {
         let pipeline = self.gpu.pipelines.get(&self.gpu.device, k, consts);
         let mut entries: Vec<wgpu::BindGroupEntry> =
             bufs.iter().map(|&(i, b)| wgpu::BindGroupEntry { binding: i, resource: b.as_entire_binding() }).collect();
@@ -175,11 +198,11 @@ impl Builder<'_> {
             layout: &pipeline.layout,
             entries: &entries,
         });
-        self.ops.push(Op { pipeline, bind, grid });
+        self.ops.push(Op { label, pipeline, bind, grid });
     }
 
     /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU).
-    fn matvec(&mut self, w: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, vecs: &wgpu::Buffer, norm: Option<usize>, epi: u32) {
+    fn matvec(&mut self, label: &'static str, w: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, vecs: &wgpu::Buffer, norm: Option<usize>, epi: u32) {
         let [l0, l1] = w.layout_constants();
         let consts = [
             l0,
@@ -197,11 +220,11 @@ impl Builder<'_> {
         // Past 65535 workgroups the kernel folds (x, y) into one index.
         let gy = wgs.div_ceil(65535);
         let grid = Grid::Fixed2(wgs.div_ceil(gy), gy);
-        self.push(Kernel::MatVec, &consts, &[(0, &w.words), (1, &w.meta), (2, x), (3, y), (4, vecs)], grid);
+        self.push(label, Kernel::MatVec, &consts, &[(0, &w.words), (1, &w.meta), (2, x), (3, y), (4, vecs)], grid);
     }
 
     /// Prefill: c (+)= a · Wᵀ (+ bias).
-    fn matmul(&mut self, w: &GpuMatrix, a: &wgpu::Buffer, c: &wgpu::Buffer, vecs: &wgpu::Buffer, bias: Option<usize>, acc: bool) {
+    fn matmul(&mut self, label: &'static str, w: &GpuMatrix, a: &wgpu::Buffer, c: &wgpu::Buffer, vecs: &wgpu::Buffer, bias: Option<usize>, acc: bool) {
         let [l0, l1] = w.layout_constants();
         let consts = [
             l0,
@@ -212,13 +235,13 @@ impl Builder<'_> {
             ("HAS_BIAS", b(bias.is_some())),
             ("BIAS_OFF", bias.unwrap_or(0) as f64),
         ];
-        self.push(Kernel::MatMul, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)], Grid::Tiles(w.rows as u32));
+        self.push(label, Kernel::MatMul, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)], Grid::Tiles(w.rows as u32));
     }
 
     fn rmsnorm(&mut self, x: &wgpu::Buffer, vecs: &wgpu::Buffer, off: usize, y: &wgpu::Buffer, last_only: bool) {
         let consts = [("H", self.cfg.hidden as f64), ("EPS", self.cfg.rms_eps as f64), ("LAST_ONLY", b(last_only)), ("NW_OFF", off as f64)];
         let grid = if last_only { Grid::Fixed(1) } else { Grid::Tokens };
-        self.push(Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, y)], grid);
+        self.push("norm", Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, y)], grid);
     }
 }
 
@@ -239,6 +262,7 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
 
     let [l0, l1] = w.embed.layout_constants();
     p.push(
+        "embed",
         Kernel::Embed,
         &[l0, l1, ("H", cfg.hidden as f64), ("SCALE", 1.0)],
         &[(0, &w.embed.words), (1, &w.embed.meta), (2, &bf.ids), (3, &bf.x)],
@@ -248,8 +272,9 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
         let kv = &bf.kv[i];
         if batched {
             p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false);
-            p.matmul(&lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
+            p.matmul("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
             p.push(
+                "rope+kv",
                 Kernel::RopeKv,
                 &[("HD", hd), ("ROT", cfg.rope_dim as f64), ("NH", nh), ("NKV", nkv), ("CTX", context as f64)],
                 &[(0, &bf.qkv), (3, kv), (6, &bf.rope)],
@@ -272,28 +297,33 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
                 ("BIAS_OFF", off.qkv_bias.unwrap_or(0) as f64),
             ];
             let bufs = [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, &bf.rope)];
-            p.push(Kernel::QkvRope, &consts, &bufs, Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(8)));
+            p.push("qkv", Kernel::QkvRope, &consts, &bufs, Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(8)));
         }
-        p.push(Kernel::Attention, &attn_consts, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], Grid::PerToken(cfg.n_heads as u32));
         if batched {
-            p.matmul(&lw.wo, &bf.attn, &bf.x, &lw.vecs, None, true);
-            p.rmsnorm(&bf.x, &lw.vecs, off.ffn_norm, &bf.xn, false);
-            p.matmul(&lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, None, false);
-            p.push(Kernel::FfnAct, &[("F", cfg.ffn as f64)], &[(0, &bf.gu), (1, &bf.h)], Grid::Elems(cfg.ffn as u32));
-            p.matmul(&lw.w_down, &bf.h, &bf.x, &lw.vecs, None, true);
+            p.push("attention", Kernel::Attention, &attn_consts, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], Grid::PerToken(cfg.n_heads as u32));
         } else {
-            p.matvec(&lw.wo, &bf.attn, &bf.x, &lw.vecs, None, 1);
-            p.matvec(&lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2);
-            p.matvec(&lw.w_down, &bf.h, &bf.x, &lw.vecs, None, 1);
+            p.push("attention", Kernel::AttnDecode, &attn_consts[..5], &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part)], Grid::Splits(cfg.n_heads as u32));
+            p.push("attn merge", Kernel::AttnCombine, &[("HD", hd), ("CTX", context as f64)], &[(0, &bf.part), (3, &bf.attn)], Grid::Fixed(cfg.n_heads as u32));
+        }
+        if batched {
+            p.matmul("o", &lw.wo, &bf.attn, &bf.x, &lw.vecs, None, true);
+            p.rmsnorm(&bf.x, &lw.vecs, off.ffn_norm, &bf.xn, false);
+            p.matmul("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, None, false);
+            p.push("glu", Kernel::FfnAct, &[("F", cfg.ffn as f64)], &[(0, &bf.gu), (1, &bf.h)], Grid::Elems(cfg.ffn as u32));
+            p.matmul("down", &lw.w_down, &bf.h, &bf.x, &lw.vecs, None, true);
+        } else {
+            p.matvec("o", &lw.wo, &bf.attn, &bf.x, &lw.vecs, None, 1);
+            p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2);
+            p.matvec("down", &lw.w_down, &bf.h, &bf.x, &lw.vecs, None, 1);
         }
     }
     if batched {
         p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xlast, true);
-        p.matvec(w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, None, 0);
+        p.matvec("lm head", w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, None, 0);
     } else {
-        p.matvec(w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, Some(0), 0);
+        p.matvec("lm head", w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, Some(0), 0);
     }
-    p.push(Kernel::Argmax, &[("V", cfg.vocab as f64)], &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)], Grid::Fixed(1));
+    p.push("argmax", Kernel::Argmax, &[("V", cfg.vocab as f64)], &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)], Grid::Fixed(1));
     gpu.check().map_err(|e| Error::Gpu(format!("building the forward pass: {e}")))?;
     Ok(Program { ops: p.ops })
 }
