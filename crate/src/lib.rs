@@ -11,6 +11,7 @@ pub mod tokenizer;
 pub mod chat_template;
 pub mod sampler;
 pub mod engine;
+pub mod synth;
 
 pub use error::{Error, Result};
 #[cfg(target_arch = "wasm32")]
