@@ -12,6 +12,7 @@ pub mod chat_template;
 pub mod sampler;
 pub mod engine;
 pub mod bench;
+pub mod synth;
 
 pub use error::{Error, Result};
 #[cfg(target_arch = "wasm32")]

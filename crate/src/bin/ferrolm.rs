@@ -56,6 +56,25 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write a random-weight GGUF of a real model's shape, for speed benchmarks (see ferrolm::synth).
+    MakeGguf {
+        /// smollm2-135m, llama-3.2-1b, qwen2.5-0.5b, phi-3-mini or llama-3.1-8b.
+        #[arg(long)]
+        shape: String,
+        /// q4_0, q8_0, q4_k or f16.
+        #[arg(long = "type")]
+        ty: String,
+        #[arg(long)]
+        out: String,
+        /// GGUF to borrow the tokenizer from (default: $FERROLM_MODEL or the SmolLM2 model in ~/.cache/ferrolm).
+        #[arg(long)]
+        tokenizer_from: Option<String>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Keep only the first N layers.
+        #[arg(long)]
+        layers: Option<u64>,
+    },
 }
 
 #[derive(Args)]
@@ -150,6 +169,9 @@ fn main() {
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
         Cmd::Inspect { model, json } => inspect(&model, json),
         Cmd::Bench { model, prompt_len, gen, depth, reps, json } => bench(&model, prompt_len, gen, depth, reps, json),
+        Cmd::MakeGguf { shape, ty, out, tokenizer_from, seed, layers } => {
+            make_gguf(&shape, &ty, &out, tokenizer_from, seed, layers)
+        }
     };
     if let Err(e) = res {
         eprintln!("error: {e}");
@@ -359,5 +381,22 @@ fn inspect(model: &str, json: bool) -> Result<()> {
     for t in &g.tensors {
         println!("  {:<40} {:<5} {:?}", t.name, t.ty.name(), t.dims);
     }
+    Ok(())
+}
+
+fn make_gguf(shape: &str, ty: &str, out: &str, tokenizer_from: Option<String>, seed: u64, layers: Option<u64>) -> Result<()> {
+    use ferrolm::synth;
+    let shape = synth::shape(shape)
+        .ok_or_else(|| Error::InvalidOption(format!("--shape {shape:?}: expected one of {}", synth::shape_names().join(", "))))?;
+    let ty = synth::parse_type(ty)?;
+    let tok_path = tokenizer_from.map(std::path::PathBuf::from).unwrap_or_else(synth::default_tokenizer_path);
+    let tok = GgufFile::read(&FileSource::open(&tok_path)?)?;
+    let opts = synth::SynthOptions { shape, ty, seed, layers, sparse: false };
+    let r = synth::write(&opts, &tok, std::path::Path::new(out), &mut |done| eprint!("\r{out}: {} MiB", done >> 20))?;
+    eprintln!();
+    if !r.fallback.is_empty() {
+        eprintln!("{} matrices are Q8_0 (input dimension not a multiple of 256)", r.fallback.len());
+    }
+    eprintln!("{out}: {} tensors, {} bytes in {:.2} s ({:.0} MB/s)", r.tensors, r.bytes, r.seconds, r.bytes as f64 / 1e6 / r.seconds);
     Ok(())
 }

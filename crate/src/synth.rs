@@ -1,0 +1,695 @@
+//! Random-weight GGUF files of real model shapes, for benchmarking.
+//!
+//! Decode and prefill speed depend on tensor shapes and types, not on the values, so a file with
+//! the real hyper-parameters of a model and random quantized blocks benchmarks like the real
+//! thing, without downloading it, for any type we care to try. The files use llama.cpp's names
+//! and metadata keys, so llama.cpp can load (and benchmark) the very same file.
+//!
+//! ```text
+//! ferrolm make-gguf --shape llama-3.2-1b --type q4_0 --out /tmp/llama-3.2-1b.q4_0.gguf
+//! ferrolm make-gguf --shape phi-3-mini --type q4_k --out phi3.gguf --layers 4 --seed 7
+//! ferrolm make-gguf --shape qwen2.5-0.5b --type q8_0 --out q.gguf --tokenizer-from other.gguf
+//! ```
+//!
+//! * `--shape`: one of [`SHAPES`] (`smollm2-135m`, `llama-3.2-1b`, `qwen2.5-0.5b`, `phi-3-mini`,
+//!   `llama-3.1-8b`).
+//! * `--type`: `q4_0`, `q8_0`, `q4_k` or `f16`. Every matrix (embeddings and output included) gets
+//!   that type; norms, biases and `rope_freqs` are F32. For `q4_k`, a matrix whose input dimension
+//!   is not a multiple of 256 (hidden 576 and 896 of SmolLM2 and Qwen2.5) is stored as Q8_0:
+//!   llama.cpp's quantizer falls back too (to Q5_0, which ferrolm does not run, hence Q8_0). The
+//!   file's `general.name` and `general.description` say so.
+//! * `--layers N`: keep only the first N blocks (a quick, smaller file of the same widths).
+//! * `--seed S`: the data is a function of the seed (and the shape and type) only.
+//! * `--tokenizer-from GGUF`: the vocabulary is borrowed from this file (default: `$FERROLM_MODEL`
+//!   or `~/.cache/ferrolm/SmolLM2-135M-Instruct.Q4_1.gguf`). Every `tokenizer.*` key is copied;
+//!   the token list is padded to the shape's vocabulary size with `[PAD<i>]` tokens of type
+//!   UNUSED (5), exactly as llama.cpp's `convert_hf_to_gguf.py` pads a short vocabulary, or, when
+//!   the shape's vocabulary is smaller, truncated, keeping only the merges whose two halves and
+//!   result survive and dropping special-token ids that fall outside it.
+//!
+//! Values: quant blocks are random bits under a small constant scale (Q4_0 d = 0.002, Q8_0
+//! d = 0.000125, Q4_K d = 0.002 with every sub-block scale and min 1 and dmin = 8d, so Q4_K
+//! decodes like Q4_0), i.e. weights uniform with a standard deviation near 0.009, which keeps
+//! activations bounded through many layers. Norm weights are 1, biases 0. Random bytes come from
+//! xoshiro256** on a second thread while the first writes, so generation runs at about disk speed.
+
+use crate::error::{Error, Result};
+use crate::sampler::Rng;
+use crate::weights::gguf::{GgufFile, Value};
+use crate::weights::gguf_write::{GgufWriter, PlannedTensor};
+use crate::weights::quant::GgmlType;
+use std::collections::HashSet;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+
+/// Llama 3 rope scaling (`rope_scaling` with `rope_type: "llama3"` in config.json).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Rope {
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_position_embeddings: f64,
+}
+
+/// The hyper-parameters that fix every tensor shape and metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shape {
+    pub name: &'static str,
+    /// GGUF `general.architecture`: `llama`, `qwen2` or `phi3`.
+    pub arch: &'static str,
+    pub hidden: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub ffn: u64,
+    pub vocab: u64,
+    pub context: u64,
+    pub rope_theta: f64,
+    pub rms_eps: f64,
+    /// No `output.weight`: the output projection reuses `token_embd.weight`.
+    pub tied: bool,
+    /// F32 q/k/v biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Phi-3 layout: fused `attn_qkv` and fused `ffn_up` holding [gate; up].
+    pub fused: bool,
+    pub llama3_rope: Option<Llama3Rope>,
+}
+
+/// Real hyper-parameters, from each model's public `config.json` on the Hugging Face hub:
+///
+/// | shape | repo | hidden | layers | heads/kv | head_dim | ffn | vocab | rope_theta | ctx | rms_eps | tied |
+/// |---|---|---|---|---|---|---|---|---|---|---|---|
+/// | smollm2-135m | HuggingFaceTB/SmolLM2-135M | 576 | 30 | 9/3 | 64 | 1536 | 49152 | 100000 | 8192 | 1e-5 | yes |
+/// | llama-3.2-1b | meta-llama/Llama-3.2-1B | 2048 | 16 | 32/8 | 64 | 8192 | 128256 | 500000 | 131072 | 1e-5 | yes |
+/// | qwen2.5-0.5b | Qwen/Qwen2.5-0.5B | 896 | 24 | 14/2 | 64 | 4864 | 151936 | 1000000 | 32768 | 1e-6 | yes |
+/// | phi-3-mini | microsoft/Phi-3-mini-4k-instruct | 3072 | 32 | 32/32 | 96 | 8192 | 32064 | 10000 | 4096 | 1e-5 | no |
+/// | llama-3.1-8b | meta-llama/Llama-3.1-8B | 4096 | 32 | 32/8 | 128 | 14336 | 128256 | 500000 | 131072 | 1e-5 | no |
+///
+/// Llama 3.2 1B's `rope_scaling` is {factor 32, low_freq_factor 1, high_freq_factor 4,
+/// original_max_position_embeddings 8192}; Llama 3.1 8B's is the same with factor 8.
+/// Qwen2.5 has q/k/v biases. Phi-3-mini's `sliding_window` (2047) is not written (llama.cpp
+/// treats it as optional; ferrolm does not use it).
+pub const SHAPES: &[Shape] = &[
+    Shape {
+        name: "smollm2-135m",
+        arch: "llama",
+        hidden: 576,
+        layers: 30,
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        ffn: 1536,
+        vocab: 49152,
+        context: 8192,
+        rope_theta: 100000.0,
+        rms_eps: 1e-5,
+        tied: true,
+        qkv_bias: false,
+        fused: false,
+        llama3_rope: None,
+    },
+    Shape {
+        name: "llama-3.2-1b",
+        arch: "llama",
+        hidden: 2048,
+        layers: 16,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 64,
+        ffn: 8192,
+        vocab: 128256,
+        context: 131072,
+        rope_theta: 500000.0,
+        rms_eps: 1e-5,
+        tied: true,
+        qkv_bias: false,
+        fused: false,
+        llama3_rope: Some(Llama3Rope {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        }),
+    },
+    Shape {
+        name: "qwen2.5-0.5b",
+        arch: "qwen2",
+        hidden: 896,
+        layers: 24,
+        heads: 14,
+        kv_heads: 2,
+        head_dim: 64,
+        ffn: 4864,
+        vocab: 151936,
+        context: 32768,
+        rope_theta: 1000000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        qkv_bias: true,
+        fused: false,
+        llama3_rope: None,
+    },
+    Shape {
+        name: "phi-3-mini",
+        arch: "phi3",
+        hidden: 3072,
+        layers: 32,
+        heads: 32,
+        kv_heads: 32,
+        head_dim: 96,
+        ffn: 8192,
+        vocab: 32064,
+        context: 4096,
+        rope_theta: 10000.0,
+        rms_eps: 1e-5,
+        tied: false,
+        qkv_bias: false,
+        fused: true,
+        llama3_rope: None,
+    },
+    Shape {
+        name: "llama-3.1-8b",
+        arch: "llama",
+        hidden: 4096,
+        layers: 32,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        ffn: 14336,
+        vocab: 128256,
+        context: 131072,
+        rope_theta: 500000.0,
+        rms_eps: 1e-5,
+        tied: false,
+        qkv_bias: false,
+        fused: false,
+        llama3_rope: Some(Llama3Rope {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        }),
+    },
+];
+
+pub fn shape(name: &str) -> Option<Shape> {
+    SHAPES.iter().find(|s| s.name.eq_ignore_ascii_case(name)).cloned()
+}
+
+pub fn shape_names() -> Vec<&'static str> {
+    SHAPES.iter().map(|s| s.name).collect()
+}
+
+/// Parses `q4_0`, `q8_0`, `q4_k`, `f16` (any case).
+pub fn parse_type(s: &str) -> Result<GgmlType> {
+    match s.to_ascii_lowercase().as_str() {
+        "q4_0" => Ok(GgmlType::Q4_0),
+        "q8_0" => Ok(GgmlType::Q8_0),
+        "q4_k" | "q4_k_s" => Ok(GgmlType::Q4_K),
+        "f16" => Ok(GgmlType::F16),
+        _ => Err(Error::InvalidOption(format!("--type {s:?}: expected q4_0, q8_0, q4_k or f16"))),
+    }
+}
+
+/// llama.cpp's `llama_ftype` for an all-`ty` file.
+fn file_type(ty: GgmlType) -> u32 {
+    match ty {
+        GgmlType::F16 => 1,
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q8_0 => 7,
+        GgmlType::Q4_K => 14, // MOSTLY_Q4_K_S: (nearly) every matrix Q4_K
+        _ => 0,
+    }
+}
+
+/// The type a matrix with input dimension `ne0` gets: `ty`, or Q8_0 when `ne0` is not a whole
+/// number of `ty` blocks (only possible for K-quants, 256 per block).
+pub fn matrix_type(ty: GgmlType, ne0: u64) -> GgmlType {
+    if ne0.is_multiple_of(ty.block_size()) {
+        ty
+    } else {
+        GgmlType::Q8_0
+    }
+}
+
+/// The `rope_freqs.weight` factors llama.cpp's `convert_hf_to_gguf.py` (LlamaModel) writes for
+/// `rope_type: "llama3"`: one per rotated pair, computed in f32 like the script's torch code.
+pub fn llama3_rope_factors(r: &Llama3Rope, theta: f64, head_dim: u64) -> Vec<f32> {
+    let low_wavelen = r.original_max_position_embeddings / r.low_freq_factor;
+    let high_wavelen = r.original_max_position_embeddings / r.high_freq_factor;
+    (0..head_dim / 2)
+        .map(|i| {
+            // freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+            let exponent = (2 * i) as f32 / head_dim as f32;
+            let freq = 1.0f32 / (theta as f32).powf(exponent);
+            let wavelen = 2.0 * std::f64::consts::PI / freq as f64;
+            if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                r.factor as f32
+            } else {
+                let smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor)
+                    / (r.high_freq_factor - r.low_freq_factor);
+                (1.0 / ((1.0 - smooth) / r.factor + smooth)) as f32
+            }
+        })
+        .collect()
+}
+
+/// How a tensor's bytes are produced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fill {
+    /// Random blocks of the tensor's type under a constant small scale.
+    Random,
+    /// Every F32 element this value.
+    Const(f32),
+    /// These F32 values.
+    Values(Vec<f32>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SynthTensor {
+    pub name: String,
+    /// ggml order: `dims[0]` is the input (contiguous) dimension.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    pub fill: Fill,
+}
+
+/// The tensor table of `shape` with matrices of type `ty`, in llama.cpp's names and ggml order.
+pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
+    let mut out = Vec::new();
+    let mut mat = |name: String, ne0: u64, ne1: u64| {
+        out.push(SynthTensor { name, dims: vec![ne0, ne1], ty: matrix_type(ty, ne0), fill: Fill::Random })
+    };
+    let (h, q, kv, f) = (shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.ffn);
+    mat("token_embd.weight".into(), h, shape.vocab);
+    if !shape.tied {
+        mat("output.weight".into(), h, shape.vocab);
+    }
+    for i in 0..shape.layers {
+        let b = |n: &str| format!("blk.{i}.{n}");
+        if shape.fused {
+            mat(b("attn_qkv.weight"), h, q + 2 * kv);
+        } else {
+            mat(b("attn_q.weight"), h, q);
+            mat(b("attn_k.weight"), h, kv);
+            mat(b("attn_v.weight"), h, kv);
+        }
+        mat(b("attn_output.weight"), q, h);
+        if shape.fused {
+            mat(b("ffn_up.weight"), h, 2 * f);
+        } else {
+            mat(b("ffn_gate.weight"), h, f);
+            mat(b("ffn_up.weight"), h, f);
+        }
+        mat(b("ffn_down.weight"), f, h);
+    }
+    let vec = |name: String, n: u64, fill: Fill| SynthTensor { name, dims: vec![n], ty: GgmlType::F32, fill };
+    let mut small = vec![vec("output_norm.weight".into(), h, Fill::Const(1.0))];
+    if let Some(r) = &shape.llama3_rope {
+        small.push(vec(
+            "rope_freqs.weight".into(),
+            shape.head_dim / 2,
+            Fill::Values(llama3_rope_factors(r, shape.rope_theta, shape.head_dim)),
+        ));
+    }
+    for i in 0..shape.layers {
+        let b = |n: &str| format!("blk.{i}.{n}");
+        small.push(vec(b("attn_norm.weight"), h, Fill::Const(1.0)));
+        small.push(vec(b("ffn_norm.weight"), h, Fill::Const(1.0)));
+        if shape.qkv_bias {
+            small.push(vec(b("attn_q.bias"), q, Fill::Const(0.0)));
+            small.push(vec(b("attn_k.bias"), kv, Fill::Const(0.0)));
+            small.push(vec(b("attn_v.bias"), kv, Fill::Const(0.0)));
+        }
+    }
+    // Small tensors first, then the matrices, layer by layer (as in converted files, roughly).
+    small.extend(out);
+    small
+}
+
+/// The `tokenizer.*` keys of `src`, resized to `vocab` tokens (see the module docs).
+pub fn tokenizer_metadata(src: &GgufFile, vocab: u64) -> Result<Vec<(String, Value)>> {
+    let vocab = vocab as usize;
+    let bad = |m: String| Error::Tokenizer(format!("{}: {m}", src.name));
+    let tokens =
+        src.get_str_array("tokenizer.ggml.tokens")?.ok_or_else(|| bad("has no tokenizer.ggml.tokens".into()))?;
+    if tokens.is_empty() {
+        return Err(bad("empty vocabulary".into()));
+    }
+    let n_src = tokens.len();
+    let kept: Vec<String> = tokens.iter().take(vocab).map(|s| s.to_string()).collect();
+    let mut seen: HashSet<String> = kept.iter().cloned().collect();
+    let mut new_tokens = kept;
+    let mut i = new_tokens.len();
+    while new_tokens.len() < vocab {
+        let mut t = format!("[PAD{i}]");
+        while seen.contains(&t) {
+            t.push('_');
+        }
+        seen.insert(t.clone());
+        new_tokens.push(t);
+        i += 1;
+    }
+    let mut out = Vec::new();
+    for (k, v) in &src.metadata {
+        if !k.starts_with("tokenizer.") {
+            continue;
+        }
+        let value = match k.as_str() {
+            "tokenizer.ggml.tokens" => Value::Array(new_tokens.iter().cloned().map(Value::String).collect()),
+            "tokenizer.ggml.token_type" | "tokenizer.ggml.scores" => {
+                let a = v.as_array().ok_or_else(|| bad(format!("{k} is not an array")))?;
+                if a.len() != n_src {
+                    return Err(bad(format!("{k} has {} entries for {n_src} tokens", a.len())));
+                }
+                let pad = if k.ends_with("token_type") {
+                    // UNUSED, in the element type of the source array.
+                    match a.first() {
+                        Some(Value::U32(_)) => Value::U32(5),
+                        _ => Value::I32(5),
+                    }
+                } else {
+                    Value::F32(-1000.0)
+                };
+                let mut a: Vec<Value> = a.iter().take(vocab).cloned().collect();
+                a.resize(vocab, pad);
+                Value::Array(a)
+            }
+            "tokenizer.ggml.merges" if vocab < n_src => {
+                let merges = src.get_str_array(k)?.unwrap_or_default();
+                let kept = merges
+                    .into_iter()
+                    .filter(|m| match m.split_once(' ') {
+                        Some((a, b)) => seen.contains(a) && seen.contains(b) && seen.contains(&format!("{a}{b}")),
+                        None => false,
+                    })
+                    .map(|m| Value::String(m.to_string()))
+                    .collect();
+                Value::Array(kept)
+            }
+            _ if k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id") => match v.as_u64() {
+                Some(id) if id as usize >= vocab && id != u32::MAX as u64 => continue,
+                _ => v.clone(),
+            },
+            _ => v.clone(),
+        };
+        out.push((k.clone(), value));
+    }
+    Ok(out)
+}
+
+/// What to write.
+#[derive(Clone, Debug)]
+pub struct SynthOptions {
+    pub shape: Shape,
+    pub ty: GgmlType,
+    pub seed: u64,
+    /// Keep only this many blocks.
+    pub layers: Option<u64>,
+    /// Leave tensor data as holes (all zero, a sparse file) instead of random: instant, for tests
+    /// of the header.
+    pub sparse: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct SynthReport {
+    pub bytes: u64,
+    pub tensors: usize,
+    pub seconds: f64,
+    /// Matrices stored as Q8_0 instead of the requested K-quant.
+    pub fallback: Vec<String>,
+}
+
+/// The header of the file `write` produces, with every tensor registered (data not yet given).
+pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWriter, Vec<SynthTensor>)> {
+    let mut shape = opts.shape.clone();
+    if let Some(n) = opts.layers {
+        if n == 0 || n > shape.layers {
+            return Err(Error::InvalidOption(format!("--layers {n}: {} has 1 to {} layers", shape.name, shape.layers)));
+        }
+        shape.layers = n;
+    }
+    let ty = opts.ty;
+    if file_type(ty) == 0 {
+        return Err(Error::InvalidOption(format!("type {} is not one make-gguf writes", ty.name())));
+    }
+    let list = tensors(&shape, ty);
+    let fallback: Vec<&SynthTensor> = list.iter().filter(|t| t.dims.len() == 2 && t.ty != ty).collect();
+    let mut name = format!("synthetic {} {}", shape.name, ty.name());
+    if shape.layers != opts.shape.layers {
+        name += &format!(" ({} of {} layers)", shape.layers, opts.shape.layers);
+    }
+    let mut desc = format!(
+        "Random weights in the shape of {} ({} layers), every matrix {}, seed {}: for speed benchmarks only; the output is noise.",
+        opts.shape.name, shape.layers, ty.name(), opts.seed
+    );
+    if !fallback.is_empty() {
+        name += ", Q8_0 where the input dim is not a multiple of 256";
+        desc += &format!(
+            " {} matrices whose input dimension is not a multiple of {} are Q8_0 instead.",
+            fallback.len(),
+            ty.block_size()
+        );
+    }
+    let a = shape.arch;
+    let k = |s: &str| format!("{a}.{s}");
+    let err = |e: crate::weights::gguf_write::GgufWriteError| Error::Model(e.to_string());
+    let mut w = GgufWriter::new();
+    let s = |x: &str| Value::String(x.to_string());
+    let mut kv: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), s(a)),
+        ("general.type".into(), s("model")),
+        ("general.name".into(), Value::String(name)),
+        ("general.description".into(), Value::String(desc)),
+        ("general.alignment".into(), Value::U32(32)),
+        (k("block_count"), Value::U32(shape.layers as u32)),
+        (k("context_length"), Value::U32(shape.context as u32)),
+        (k("embedding_length"), Value::U32(shape.hidden as u32)),
+        (k("feed_forward_length"), Value::U32(shape.ffn as u32)),
+        (k("attention.head_count"), Value::U32(shape.heads as u32)),
+        (k("attention.head_count_kv"), Value::U32(shape.kv_heads as u32)),
+        (k("rope.freq_base"), Value::F32(shape.rope_theta as f32)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(shape.rms_eps as f32)),
+        (k("rope.dimension_count"), Value::U32(shape.head_dim as u32)),
+        (k("vocab_size"), Value::U32(shape.vocab as u32)),
+        ("general.file_type".into(), Value::U32(file_type(ty))),
+        ("general.quantization_version".into(), Value::U32(2)),
+    ];
+    if shape.head_dim * shape.heads != shape.hidden {
+        kv.push((k("attention.key_length"), Value::U32(shape.head_dim as u32)));
+        kv.push((k("attention.value_length"), Value::U32(shape.head_dim as u32)));
+    }
+    kv.extend(tokenizer_metadata(tokenizer, shape.vocab)?);
+    for (key, v) in kv {
+        w.add(key, v).map_err(err)?;
+    }
+    for t in &list {
+        w.add_tensor_info(t.name.clone(), &t.dims, t.ty).map_err(err)?;
+    }
+    Ok((w, list))
+}
+
+/// Bytes of one block: constant scale fields, random quants.
+struct BlockTemplate {
+    size: usize,
+    /// The constant bytes at the start of each block (the scales).
+    head: Vec<u8>,
+}
+
+fn f16_bytes(x: f32) -> [u8; 2] {
+    half::f16::from_f32(x).to_le_bytes()
+}
+
+fn template(ty: GgmlType) -> Option<BlockTemplate> {
+    let head = match ty {
+        GgmlType::Q4_0 => f16_bytes(0.002).to_vec(),
+        GgmlType::Q8_0 => f16_bytes(0.000125).to_vec(),
+        GgmlType::Q4_K => {
+            // d, dmin = 8d, then 12 scale bytes that give every sub-block scale 1 and min 1
+            // (get_scale_min_k4: j < 4 reads bytes j and j+4; j >= 4 the low/high nibbles of
+            // byte j+4 and the top bits of bytes j-4 and j), so a weight is d * (q - 8).
+            let mut h = Vec::new();
+            h.extend_from_slice(&f16_bytes(0.002));
+            h.extend_from_slice(&f16_bytes(0.016));
+            h.extend_from_slice(&[1, 1, 1, 1, 1, 1, 1, 1, 0x11, 0x11, 0x11, 0x11]);
+            h
+        }
+        _ => return None,
+    };
+    Some(BlockTemplate { size: ty.type_size() as usize, head })
+}
+
+fn fill_random(rng: &mut Rng, buf: &mut [u8]) {
+    let mut chunks = buf.chunks_exact_mut(8);
+    for c in &mut chunks {
+        c.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    let rest = chunks.into_remainder();
+    let r = rng.next_u64().to_le_bytes();
+    let n = rest.len();
+    rest.copy_from_slice(&r[..n]);
+}
+
+/// Fills `buf` (a whole number of elements or blocks of `t.ty`) with the next bytes of `t`.
+fn fill_chunk(t: &SynthTensor, rng: &mut Rng, offset_elems: u64, buf: &mut [u8]) {
+    match &t.fill {
+        Fill::Const(v) => {
+            for c in buf.chunks_exact_mut(4) {
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        Fill::Values(v) => {
+            for (i, c) in buf.chunks_exact_mut(4).enumerate() {
+                c.copy_from_slice(&v[offset_elems as usize + i].to_le_bytes());
+            }
+        }
+        Fill::Random => {
+            fill_random(rng, buf);
+            match t.ty {
+                GgmlType::F16 => {
+                    // Random sign and mantissa, exponent 6..9: |x| in [2^-9, 2^-5).
+                    for c in buf.chunks_exact_mut(2) {
+                        let r = u16::from_le_bytes([c[0], c[1]]);
+                        let e = 6 + ((r >> 10) & 3);
+                        c.copy_from_slice(&((r & 0x83ff) | (e << 10)).to_le_bytes());
+                    }
+                }
+                GgmlType::F32 => {
+                    for c in buf.chunks_exact_mut(4) {
+                        let r = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                        let x = ((r >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.03;
+                        c.copy_from_slice(&x.to_le_bytes());
+                    }
+                }
+                ty => {
+                    let tpl = template(ty).expect("matrix types have templates");
+                    for b in buf.chunks_exact_mut(tpl.size) {
+                        b[..tpl.head.len()].copy_from_slice(&tpl.head);
+                    }
+                }
+            }
+        }
+    }
+}
+
+const CHUNK: usize = 4 << 20;
+static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+
+/// A file writer that turns writes of [`ZEROS`] into seeks (holes), for sparse files.
+struct HoleWriter {
+    f: std::io::BufWriter<std::fs::File>,
+    pos: u64,
+}
+
+impl Write for HoleWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if std::ptr::eq(buf.as_ptr(), ZEROS.as_ptr()) {
+            self.f.seek(SeekFrom::Current(buf.len() as i64))?;
+            self.pos += buf.len() as u64;
+            return Ok(buf.len());
+        }
+        let n = self.f.write(buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.f.flush()
+    }
+}
+
+/// Writes the file; `progress(bytes_done)` is called now and then.
+pub fn write(
+    opts: &SynthOptions,
+    tokenizer: &GgufFile,
+    out: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SynthReport> {
+    let start = std::time::Instant::now();
+    let (w, list) = build_writer(opts, tokenizer)?;
+    let io = |e: std::io::Error| Error::io(out.display().to_string(), e);
+    let file = std::fs::File::create(out).map_err(io)?;
+    let mut hw = HoleWriter { f: std::io::BufWriter::with_capacity(1 << 20, file), pos: 0 };
+    let plan = w.plan();
+    let seed = opts.seed;
+    let sparse = opts.sparse;
+    let written = std::thread::scope(|scope| -> Result<u64> {
+        // Generator thread: produces each tensor's bytes in order, in CHUNK-sized pieces, into
+        // buffers the writer hands back.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+        let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        for _ in 0..3 {
+            let _ = back_tx.send(Vec::with_capacity(CHUNK));
+        }
+        let gen_list = &list;
+        let gen_plan = &plan;
+        if !sparse {
+            scope.spawn(move || {
+                for (idx, (t, p)) in gen_list.iter().zip(gen_plan).enumerate() {
+                    let mut rng = Rng::new(seed ^ (idx as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    let (bs, ts) = (p.ty.block_size(), p.ty.type_size());
+                    let per_chunk_blocks = (CHUNK as u64 / ts).max(1);
+                    let n_blocks = p.n_bytes / ts;
+                    let mut done = 0u64;
+                    while done < n_blocks {
+                        let k = per_chunk_blocks.min(n_blocks - done);
+                        let Ok(mut buf) = back_rx.recv() else { return };
+                        buf.resize((k * ts) as usize, 0);
+                        fill_chunk(t, &mut rng, done * bs, &mut buf);
+                        if tx.send(buf).is_err() {
+                            return;
+                        }
+                        done += k;
+                    }
+                }
+            });
+        } else {
+            drop(tx);
+        }
+        let mut last = 0u64;
+        let res = w.write_with(&mut hw, |p: &PlannedTensor, dst: &mut dyn Write| {
+            let mut left = p.n_bytes;
+            while left > 0 {
+                if sparse {
+                    let k = left.min(ZEROS.len() as u64) as usize;
+                    dst.write_all(&ZEROS[..k])?;
+                    left -= k as u64;
+                    continue;
+                }
+                let buf = rx.recv().map_err(|_| std::io::Error::other("generator stopped"))?;
+                dst.write_all(&buf)?;
+                left -= buf.len() as u64;
+                let _ = back_tx.send(buf);
+            }
+            if p.rel_offset - last > 256 << 20 {
+                last = p.rel_offset;
+                progress(p.rel_offset + p.n_bytes);
+            }
+            Ok(())
+        });
+        drop(rx);
+        drop(back_tx);
+        res.map_err(|e| Error::Model(format!("{}: {e}", out.display())))
+    })?;
+    hw.flush().map_err(io)?;
+    let f = hw.f.into_inner().map_err(|e| io(e.into_error()))?;
+    // Holes at the end need the length set explicitly.
+    f.set_len(written).map_err(io)?;
+    progress(written);
+    Ok(SynthReport {
+        bytes: written,
+        tensors: list.len(),
+        seconds: start.elapsed().as_secs_f64(),
+        fallback: list.iter().filter(|t| t.dims.len() == 2 && t.ty != opts.ty).map(|t| t.name.clone()).collect(),
+    })
+}
+
+/// The default tokenizer source: `$FERROLM_MODEL`, else `~/.cache/ferrolm/SmolLM2-135M-Instruct.Q4_1.gguf`.
+pub fn default_tokenizer_path() -> std::path::PathBuf {
+    std::env::var_os("FERROLM_MODEL").map(Into::into).unwrap_or_else(|| {
+        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/ferrolm/SmolLM2-135M-Instruct.Q4_1.gguf")
+    })
+}
