@@ -384,10 +384,18 @@ fn inspect(model: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn make_gguf(shape: &str, ty: &str, out: &str, tokenizer_from: Option<String>, seed: u64, layers: Option<u64>) -> Result<()> {
+fn make_gguf(
+    shape: &str,
+    ty: &str,
+    out: &str,
+    tokenizer_from: Option<String>,
+    seed: u64,
+    layers: Option<u64>,
+) -> Result<()> {
     use ferrolm::synth;
-    let shape = synth::shape(shape)
-        .ok_or_else(|| Error::InvalidOption(format!("--shape {shape:?}: expected one of {}", synth::shape_names().join(", "))))?;
+    let shape = synth::shape(shape).ok_or_else(|| {
+        Error::InvalidOption(format!("--shape {shape:?}: expected one of {}", synth::shape_names().join(", ")))
+    })?;
     let ty = synth::parse_type(ty)?;
     let tok_path = tokenizer_from.map(std::path::PathBuf::from).unwrap_or_else(synth::default_tokenizer_path);
     let tok = GgufFile::read(&FileSource::open(&tok_path)?)?;
@@ -397,6 +405,12 @@ fn make_gguf(shape: &str, ty: &str, out: &str, tokenizer_from: Option<String>, s
     if !r.fallback.is_empty() {
         eprintln!("{} matrices are Q8_0 (input dimension not a multiple of 256)", r.fallback.len());
     }
-    eprintln!("{out}: {} tensors, {} bytes in {:.2} s ({:.0} MB/s)", r.tensors, r.bytes, r.seconds, r.bytes as f64 / 1e6 / r.seconds);
+    eprintln!(
+        "{out}: {} tensors, {} bytes in {:.2} s ({:.0} MB/s)",
+        r.tensors,
+        r.bytes,
+        r.seconds,
+        r.bytes as f64 / 1e6 / r.seconds
+    );
     Ok(())
 }
