@@ -1,7 +1,8 @@
 // Decode attention, split over the KV length (flash-decoding): workgroup (head, split) scores
-// CH consecutive cached positions against the single query, and writes its partial softmax
+// CH consecutive cached positions against the single query and writes its partial softmax
 // state (max, sum, weighted V) for `attn_combine` to merge. Splitting keeps the GPU busy at
-// any depth: 9 heads x (depth / 64) splits instead of 9 workgroups.
+// any depth (heads x depth/64 workgroups), and every loop below issues independent loads so
+// the memory latency overlaps instead of adding up.
 
 struct Step {
     n_tokens: u32,
@@ -28,6 +29,27 @@ const CH: u32 = 64u;
 
 var<workgroup> q_sh: array<vec4<f32>, 64>;
 var<workgroup> p_sh: array<f32, 64>;
+var<workgroup> r_sh: array<f32, 64>;
+var<workgroup> acc_sh: array<vec2<f32>, 64>;
+
+// Tree reduction over the 64 invocations; `max_op` picks max, else sum.
+fn reduce64(v: f32, tid: u32, max_op: bool) -> f32 {
+    r_sh[tid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            if (max_op) {
+                r_sh[tid] = max(r_sh[tid], r_sh[tid + s]);
+            } else {
+                r_sh[tid] += r_sh[tid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    let r = r_sh[0];
+    workgroupBarrier();
+    return r;
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -39,7 +61,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (WINDOW > 0u && end > WINDOW) {
         start = end - WINDOW;
     }
-    // Splits are laid on absolute positions so the combine step knows them from pos alone.
+    // Splits sit on absolute positions, so the merge step can find them from the position alone.
     let c0 = split * CH;
     let words = HD / 2u;
     let slot = (h * ((CTX + CH - 1u) / CH) + split) * (HD + 2u);
@@ -48,6 +70,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         q_sh[tid] = vec4<f32>(q[i], q[i + 1u], q[i + 2u], q[i + 3u]) * SCALE;
     }
     workgroupBarrier();
+
+    // One key per invocation.
     let j = c0 + tid;
     var s = -3.0e38;
     if (j >= start && j < end) {
@@ -63,38 +87,39 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
         s = d;
     }
-    p_sh[tid] = s;
-    workgroupBarrier();
-    var m = -3.0e38;
-    for (var i = 0u; i < CH; i++) {
-        m = max(m, p_sh[i]);
+    let m = reduce64(s, tid, true);
+    var p = 0.0;
+    if (s > -1.0e38) {
+        p = exp(s - m);
     }
-    var l = 0.0;
-    var acc0 = vec2<f32>(0.0);
-    var acc1 = vec2<f32>(0.0);
-    let v_base = NKV * CTX * words + kvh * CTX * words;
-    if (m > -1.0e38) {
-        for (var i = 0u; i < CH; i++) {
-            let p = exp(p_sh[i] - m);   // exactly 0 for positions outside [start, end)
-            l += p;
-            if (p > 0.0) {
-                let vb = v_base + (c0 + i) * words;
-                if (tid < words) {
-                    acc0 += p * unpack2x16float(v_cache[vb + tid]);
-                }
-                if (tid + 64u < words) {
-                    acc1 += p * unpack2x16float(v_cache[vb + tid + 64u]);
-                }
+    p_sh[tid] = p;
+    let l = reduce64(p, tid, false);   // its barriers also publish p_sh
+
+    // Weighted V: invocation (w, g) sums value word w over keys g, g + kg, ...
+    // (kg key groups when a head has fewer than 64 words; else several words each).
+    let v_base = (NKV + kvh) * CTX * words;
+    let kg = max(64u / words, 1u);
+    let g = tid / min(words, 64u);
+    let w0 = tid % min(words, 64u);
+    for (var w = w0; w < words; w += 64u) {
+        var acc = vec2<f32>(0.0);
+        if (g < kg) {
+            let n = min(CH, end - c0);
+            for (var i = g; i < n; i += kg) {
+                acc += p_sh[i] * unpack2x16float(v_cache[v_base + (c0 + i) * words + w]);
             }
         }
-    }
-    if (tid < words) {
-        part[slot + 2u * tid] = acc0.x;
-        part[slot + 2u * tid + 1u] = acc0.y;
-    }
-    if (tid + 64u < words) {
-        part[slot + 2u * (tid + 64u)] = acc1.x;
-        part[slot + 2u * (tid + 64u) + 1u] = acc1.y;
+        acc_sh[tid] = acc;
+        workgroupBarrier();
+        if (g == 0u) {
+            var total = acc;
+            for (var k = 1u; k < kg; k++) {
+                total += acc_sh[tid + k * words];
+            }
+            part[slot + 2u * w] = total.x;
+            part[slot + 2u * w + 1u] = total.y;
+        }
+        workgroupBarrier();
     }
     if (tid == 0u) {
         part[slot + HD] = m;
