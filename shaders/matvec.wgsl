@@ -3,7 +3,7 @@
 //         is reduced alongside the dot products, so the norm costs no extra dispatch.
 //   EPI 0: y[n] = v (+ bias)         EPI 1: y[n] += v (residual add)
 //   EPI 2: GLU: y[j] = act(gate_j) * up_j with gate rows [0, N/2) and up rows [N/2, N).
-// Eight dot rows per workgroup, 32 threads per row, reduced by `reduce` (reduce_*.wgsl).
+// R dot rows per workgroup, 32 threads per row, reduced by `reduce` (reduce_*.wgsl).
 
 struct Step {
     n_tokens: u32,
@@ -24,7 +24,7 @@ override BIAS_OFF: u32 = 0u;     // bias offset in `vecs`
 override GELU: bool = false;
 
 const TPR: u32 = 32u;
-const R: u32 = 8u;
+override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
@@ -57,7 +57,7 @@ fn row_valid(wg: u32, d: u32) -> bool {
     return wg * R + d < N;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(R * 32u)
 fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let wg = wgid.x + wgid.y * nwg.x;

@@ -1,7 +1,7 @@
 // Decode: q, k and v of one token in one dispatch. RMS-norm of x on the fly, the concatenated
 // [q; k; v] matrix times x (+ bias), rotary embedding on (2i, 2i+1) row pairs (the loader
 // permutes NeoX-style weights into this order), q stored for attention, k and v appended to this
-// layer's KV cache as packed f16 pairs. Eight rows (four pairs) per workgroup, 32 threads a row.
+// layer's KV cache as packed f16 pairs. R rows (R/2 pairs) per workgroup, 32 threads a row.
 
 struct Step {
     n_tokens: u32,
@@ -23,7 +23,7 @@ override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;
 
 const TPR: u32 = 32u;
-const R: u32 = 8u;
+override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> q: array<f32>;
@@ -34,7 +34,7 @@ const R: u32 = 8u;
 
 var<workgroup> rows_out: array<f32, 8>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(R * 32u)
 fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let n = QD + 2u * KVD;
     let d = lid / TPR;

@@ -177,6 +177,8 @@ impl Program {
 }
 
 struct Builder<'a> {
+    /// Matrix rows per matvec workgroup: fewer rows, more workgroups to spread over the GPU.
+    rows_per_wg: usize,
     gpu: &'a Gpu,
     cfg: &'a ModelConfig,
     ops: Vec<Op>,
@@ -213,9 +215,10 @@ impl Builder<'_> {
             ("NORM", b(norm.is_some())),
             ("NW_OFF", norm.unwrap_or(0) as f64),
             ("EPS", self.cfg.rms_eps as f64),
+            ("R", self.rows_per_wg as f64),
         ];
         let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
-        let per_wg = if epi == 2 { 4 } else { 8 };
+        let per_wg = if epi == 2 { self.rows_per_wg / 2 } else { self.rows_per_wg };
         let wgs = outputs.div_ceil(per_wg) as u32;
         // Past 65535 workgroups the kernel folds (x, y) into one index.
         let gy = wgs.div_ceil(65535);
@@ -247,7 +250,8 @@ impl Builder<'_> {
 
 /// Build the program for steps of one token (`batched = false`) or many (`batched = true`).
 pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, context: usize, batched: bool) -> Result<Program> {
-    let mut p = Builder { gpu, cfg, ops: Vec::new(), step: &bf.step };
+    let rows_per_wg = std::env::var("FERROLM_MV_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [2, 4, 8].contains(r)).unwrap_or(8);
+    let mut p = Builder { rows_per_wg, gpu, cfg, ops: Vec::new(), step: &bf.step };
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
     let off = w.offsets;
@@ -295,9 +299,10 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
                 ("NW_OFF", off.attn_norm as f64),
                 ("HAS_BIAS", b(off.qkv_bias.is_some())),
                 ("BIAS_OFF", off.qkv_bias.unwrap_or(0) as f64),
+                ("R", rows_per_wg as f64),
             ];
             let bufs = [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, &bf.rope)];
-            p.push("qkv", Kernel::QkvRope, &consts, &bufs, Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(8)));
+            p.push("qkv", Kernel::QkvRope, &consts, &bufs, Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(rows_per_wg as u32)));
         }
         if batched {
             p.push("attention", Kernel::Attention, &attn_consts, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], Grid::PerToken(cfg.n_heads as u32));
