@@ -19,7 +19,8 @@ override SCALE: f32;
 override SOFTCAP: f32 = 0.0;
 override WINDOW: u32 = 0u;
 
-const CH: u32 = 64u;
+const CH: u32 = 64u;   // positions per split
+const WG: u32 = 128u;  // invocations: one key each while scoring, (word, key group) for V
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;
@@ -29,14 +30,14 @@ const CH: u32 = 64u;
 
 var<workgroup> q_sh: array<vec4<f32>, 64>;
 var<workgroup> p_sh: array<f32, 64>;
-var<workgroup> r_sh: array<f32, 64>;
-var<workgroup> acc_sh: array<vec2<f32>, 64>;
+var<workgroup> r_sh: array<f32, 128>;
+var<workgroup> acc_sh: array<vec2<f32>, 128>;
 
-// Tree reduction over the 64 invocations; `max_op` picks max, else sum.
-fn reduce64(v: f32, tid: u32, max_op: bool) -> f32 {
+// Tree reduction over the workgroup; `max_op` picks max, else sum.
+fn reduce_wg(v: f32, tid: u32, max_op: bool) -> f32 {
     r_sh[tid] = v;
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
         if (tid < s) {
             if (max_op) {
                 r_sh[tid] = max(r_sh[tid], r_sh[tid + s]);
@@ -51,7 +52,7 @@ fn reduce64(v: f32, tid: u32, max_op: bool) -> f32 {
     return r;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let h = wg.x;
     let split = wg.y;
@@ -71,10 +72,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     workgroupBarrier();
 
-    // One key per invocation.
+    // One key per invocation (the upper half of the workgroup idles here).
     let j = c0 + tid;
     var s = -3.0e38;
-    if (j >= start && j < end) {
+    if (tid < CH && j >= start && j < end) {
         let kb = (kvh * CTX + j) * (words / 4u);
         var d = 0.0;
         for (var i = 0u; i < words / 4u; i++) {
@@ -87,34 +88,34 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
         s = d;
     }
-    let m = reduce64(s, tid, true);
+    let m = reduce_wg(s, tid, true);
     var p = 0.0;
     if (s > -1.0e38) {
         p = exp(s - m);
     }
-    p_sh[tid] = p;
-    let l = reduce64(p, tid, false);   // its barriers also publish p_sh
+    if (tid < CH) {
+        p_sh[tid] = p;
+    }
+    let l = reduce_wg(p, tid, false);   // its barriers also publish p_sh
 
-    // Weighted V: invocation (w, g) sums value word w over keys g, g + kg, ...
-    // (kg key groups when a head has fewer than 64 words; else several words each).
+    // Weighted V: invocation (w, g) sums value word w over keys g, g + kg, ... with a fixed trip
+    // count (positions past `end` have p = 0) so the compiler can unroll and overlap the loads.
     let v_base = (NKV + kvh) * CTX * words;
-    let kg = max(64u / words, 1u);
-    let g = tid / min(words, 64u);
-    let w0 = tid % min(words, 64u);
-    for (var w = w0; w < words; w += 64u) {
+    let lanes = min(words, WG);
+    let kg = WG / lanes;
+    let g = tid / lanes;
+    for (var w = tid % lanes; w < words; w += WG) {
         var acc = vec2<f32>(0.0);
-        if (g < kg) {
-            let n = min(CH, end - c0);
-            for (var i = g; i < n; i += kg) {
-                acc += p_sh[i] * unpack2x16float(v_cache[v_base + (c0 + i) * words + w]);
-            }
+        for (var i = g; i < CH; i += kg) {
+            let v = unpack2x16float(v_cache[v_base + (c0 + i) * words + w]);
+            acc += p_sh[i] * select(vec2<f32>(0.0), v, p_sh[i] != 0.0);
         }
         acc_sh[tid] = acc;
         workgroupBarrier();
         if (g == 0u) {
             var total = acc;
             for (var k = 1u; k < kg; k++) {
-                total += acc_sh[tid + k * words];
+                total += acc_sh[tid + k * lanes];
             }
             part[slot + 2u * w] = total.x;
             part[slot + 2u * w + 1u] = total.y;
