@@ -1,6 +1,8 @@
 // Decode attention, second half: merge the per-split softmax states of `attn_decode` into each
 // head's output: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
-// One workgroup per head; the split weights are computed once, in parallel, into workgroup memory.
+// One workgroup per head: split weights are computed once, in parallel, into workgroup memory;
+// then invocation (d, g) sums dimension d over splits g, g + 4, ... four at a time, so deep
+// contexts (64 splits at 4096 positions) cost a few overlapped loads per invocation.
 
 struct Step {
     n_tokens: u32,
@@ -14,36 +16,48 @@ override CTX: u32;
 
 const CH: u32 = 64u;
 const MAX_SPLITS: u32 = 1024u;   // contexts up to 65536 positions
+const WG: u32 = 256u;
+const GROUPS: u32 = 4u;          // split groups; WG / GROUPS = 64 dimensions at a time
 
 @group(0) @binding(0) var<storage, read> part: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> w_sh: array<f32, 1024>;
-var<workgroup> r_sh: array<f32, 64>;
+var<workgroup> r_sh: array<f32, 256>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    let h = wg.x;
-    let n_splits = min((step.pos0 + CH) / CH, MAX_SPLITS);
-    let base = h * ((CTX + CH - 1u) / CH) * (HD + 2u);
-    var mx = -3.0e38;
-    for (var s = tid; s < n_splits; s += 64u) {
-        mx = max(mx, part[base + s * (HD + 2u) + HD]);
-    }
-    r_sh[tid] = mx;
+fn reduce_wg(v: f32, tid: u32, max_op: bool) -> f32 {
+    r_sh[tid] = v;
     workgroupBarrier();
-    for (var k = 32u; k > 0u; k >>= 1u) {
+    for (var k = WG / 2u; k > 0u; k >>= 1u) {
         if (tid < k) {
-            r_sh[tid] = max(r_sh[tid], r_sh[tid + k]);
+            if (max_op) {
+                r_sh[tid] = max(r_sh[tid], r_sh[tid + k]);
+            } else {
+                r_sh[tid] += r_sh[tid + k];
+            }
         }
         workgroupBarrier();
     }
-    let big_m = r_sh[0];
+    let r = r_sh[0];
     workgroupBarrier();
+    return r;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let h = wg.x;
+    let n_splits = min((step.pos0 + CH) / CH, MAX_SPLITS);
+    let stride = HD + 2u;
+    let base = h * ((CTX + CH - 1u) / CH) * stride;
+    var mx = -3.0e38;
+    for (var s = tid; s < n_splits; s += WG) {
+        mx = max(mx, part[base + s * stride + HD]);
+    }
+    let big_m = reduce_wg(mx, tid, true);
     var l = 0.0;
-    for (var s = tid; s < n_splits; s += 64u) {
-        let b = base + s * (HD + 2u);
+    for (var s = tid; s < n_splits; s += WG) {
+        let b = base + s * stride;
         let m = part[b + HD];
         var w = 0.0;
         if (m > -1.0e38) {   // splits wholly outside a sliding window carry nothing
@@ -52,20 +66,29 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         w_sh[s] = w;
         l += w * part[b + HD + 1u];
     }
-    r_sh[tid] = l;
-    workgroupBarrier();
-    for (var k = 32u; k > 0u; k >>= 1u) {
-        if (tid < k) {
-            r_sh[tid] += r_sh[tid + k];
+    let inv = 1.0 / reduce_wg(l, tid, false);   // its barriers also publish w_sh
+    let g = tid / 64u;
+    for (var d0 = 0u; d0 < HD; d0 += 64u) {
+        let d = d0 + tid % 64u;
+        var acc = 0.0;
+        if (d < HD) {
+            var s = g;
+            for (; s + 3u * GROUPS < n_splits; s += 4u * GROUPS) {
+                let a0 = part[base + s * stride + d];
+                let a1 = part[base + (s + GROUPS) * stride + d];
+                let a2 = part[base + (s + 2u * GROUPS) * stride + d];
+                let a3 = part[base + (s + 3u * GROUPS) * stride + d];
+                acc += w_sh[s] * a0 + w_sh[s + GROUPS] * a1 + w_sh[s + 2u * GROUPS] * a2 + w_sh[s + 3u * GROUPS] * a3;
+            }
+            for (; s < n_splits; s += GROUPS) {
+                acc += w_sh[s] * part[base + s * stride + d];
+            }
+        }
+        r_sh[tid] = acc;
+        workgroupBarrier();
+        if (g == 0u && d < HD) {
+            out[h * HD + d] = (r_sh[tid] + r_sh[tid + 64u] + r_sh[tid + 128u] + r_sh[tid + 192u]) * inv;
         }
         workgroupBarrier();
-    }
-    let inv = 1.0 / r_sh[0];
-    for (var d = tid; d < HD; d += 64u) {
-        var acc = 0.0;
-        for (var s = 0u; s < n_splits; s++) {
-            acc += w_sh[s] * part[base + s * (HD + 2u) + d];
-        }
-        out[h * HD + d] = acc * inv;
     }
 }

@@ -436,7 +436,7 @@ fn split_kv_decode_attention() {
     let g = gpu();
     let mut r = R::new();
     for (hd, nh, nkv, ctx, pos, window, softcap) in
-        [(64usize, 4usize, 2usize, 300usize, 0usize, 0u32, 0f32), (64, 9, 3, 300, 63, 0, 0.0), (64, 9, 3, 300, 64, 0, 0.0), (128, 2, 1, 300, 250, 0, 0.0), (256, 4, 2, 300, 200, 70, 5.0)]
+        [(64usize, 4usize, 2usize, 300usize, 0usize, 0u32, 0f32), (64, 9, 3, 300, 63, 0, 0.0), (64, 9, 3, 300, 64, 0, 0.0), (128, 2, 1, 300, 250, 0, 0.0), (256, 4, 2, 300, 200, 70, 5.0), (64, 2, 1, 2100, 2000, 0, 0.0), (64, 3, 3, 1100, 1041, 300, 0.0)]
     {
         let q = r.vec(nh * hd);
         let cache: Vec<f32> = (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
