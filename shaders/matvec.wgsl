@@ -26,11 +26,20 @@ override GELU: bool = false;
 const TPR: u32 = 32u;
 override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
 
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> rows_out: array<f32, 8>;
+
+fn nw8(k: u32) -> W8 {
+    var r: W8;
+    let b = NW_OFF + k;
+    r.lo = vec4<f32>(vecs[b], vecs[b + 1u], vecs[b + 2u], vecs[b + 3u]) + NW_OFFSET;
+    r.hi = vec4<f32>(vecs[b + 4u], vecs[b + 5u], vecs[b + 6u], vecs[b + 7u]) + NW_OFFSET;
+    return r;
+}
 
 // Which matrix row dot-row `d` (0..R) of workgroup `wg` computes, and whether it exists.
 fn row_of(wg: u32, d: u32) -> u32 {
@@ -56,11 +65,23 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let t = lid % TPR;
     let valid = row_valid(wg, d);
     let row = row_of(wg, d);
-    var part = vec2<f32>(0.0);
+    var acc = 0.0;
+    var ss = 0.0;
     if (valid) {
-        part = row_dot(row, t, NORM, NW_OFF);
+        for (var k8 = t; k8 < K / 8u; k8 += TPR) {
+            var a0 = x[2u * k8];
+            var a1 = x[2u * k8 + 1u];
+            if (NORM) {
+                ss += dot(a0, a0) + dot(a1, a1);
+                let nw = nw8(k8 * 8u);
+                a0 *= nw.lo;
+                a1 *= nw.hi;
+            }
+            let w = load8(row * K + k8 * 8u);
+            acc += dot(w.lo, a0) + dot(w.hi, a1);
+        }
     }
-    let s = reduce(part, lid);
+    let s = reduce(vec2<f32>(acc, ss), lid);
     var v = s.x;
     if (NORM) {
         v *= 1.0 / sqrt(s.y / f32(K) + EPS);

@@ -25,6 +25,7 @@ override BIAS_OFF: u32 = 0u;
 const TPR: u32 = 32u;
 override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
 
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> q: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
@@ -40,11 +41,21 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
     let t = lid % TPR;
     let row = wgid.x * R + d;
     let valid = row < n;
-    var part = vec2<f32>(0.0);
+    var acc = 0.0;
+    var ss = 0.0;
     if (valid) {
-        part = row_dot(row, t, true, NW_OFF);
+        for (var k8 = t; k8 < K / 8u; k8 += TPR) {
+            var a0 = x[2u * k8];
+            var a1 = x[2u * k8 + 1u];
+            ss += dot(a0, a0) + dot(a1, a1);
+            let b = NW_OFF + k8 * 8u;
+            a0 *= vec4<f32>(vecs[b], vecs[b + 1u], vecs[b + 2u], vecs[b + 3u]) + NW_OFFSET;
+            a1 *= vec4<f32>(vecs[b + 4u], vecs[b + 5u], vecs[b + 6u], vecs[b + 7u]) + NW_OFFSET;
+            let w = load8(row * K + k8 * 8u);
+            acc += dot(w.lo, a0) + dot(w.hi, a1);
+        }
     }
-    let s = reduce(part, lid);
+    let s = reduce(vec2<f32>(acc, ss), lid);
     var v = s.x * (1.0 / sqrt(s.y / f32(K) + EPS));
     if (HAS_BIAS && valid) {
         v += vecs[BIAS_OFF + row];

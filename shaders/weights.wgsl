@@ -12,9 +12,7 @@ const LAYOUT_Q8: u32 = 4u;
 override LAYOUT: u32 = 0u;
 override QBLOCK: u32 = 32u;
 
-// Words are read as vec4<u32> so a whole 32-element quant block (or eight f32s, sixteen f16s)
-// arrives in one 128-bit load; weight buffers are padded to 16 bytes.
-@group(0) @binding(0) var<storage, read> w_words: array<vec4<u32>>;
+@group(0) @binding(0) var<storage, read> w_words: array<u32>;
 @group(0) @binding(1) var<storage, read> w_meta: array<f32>;
 
 struct W8 {
@@ -36,30 +34,28 @@ fn sbyte4(w: u32) -> vec4<f32> {
                      f32(bitcast<i32>(w << 8u) >> 24u), f32(bitcast<i32>(w) >> 24u));
 }
 
-fn word(i: u32) -> u32 {
-    return w_words[i / 4u][i % 4u];
-}
-
 // Eight consecutive weights starting at element e (a multiple of 8), dequantized to f32.
 fn load8(e: u32) -> W8 {
     var r: W8;
     switch LAYOUT {
         case 0u: {
-            r.lo = bitcast<vec4<f32>>(w_words[e / 4u]);
-            r.hi = bitcast<vec4<f32>>(w_words[e / 4u + 1u]);
+            r.lo = vec4<f32>(bitcast<f32>(w_words[e]), bitcast<f32>(w_words[e + 1u]),
+                             bitcast<f32>(w_words[e + 2u]), bitcast<f32>(w_words[e + 3u]));
+            r.hi = vec4<f32>(bitcast<f32>(w_words[e + 4u]), bitcast<f32>(w_words[e + 5u]),
+                             bitcast<f32>(w_words[e + 6u]), bitcast<f32>(w_words[e + 7u]));
         }
         case 1u: {
-            let v = w_words[e / 8u];
-            r.lo = vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));
-            r.hi = vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w));
+            let i = e / 2u;
+            r.lo = vec4<f32>(unpack2x16float(w_words[i]), unpack2x16float(w_words[i + 1u]));
+            r.hi = vec4<f32>(unpack2x16float(w_words[i + 2u]), unpack2x16float(w_words[i + 3u]));
         }
         case 2u: {
-            let v = w_words[e / 8u];
-            r.lo = vec4<f32>(unpack_bf16x2(v.x), unpack_bf16x2(v.y));
-            r.hi = vec4<f32>(unpack_bf16x2(v.z), unpack_bf16x2(v.w));
+            let i = e / 2u;
+            r.lo = vec4<f32>(unpack_bf16x2(w_words[i]), unpack_bf16x2(w_words[i + 1u]));
+            r.hi = vec4<f32>(unpack_bf16x2(w_words[i + 2u]), unpack_bf16x2(w_words[i + 3u]));
         }
         case 3u: {
-            let w = word(e / 8u);
+            let w = w_words[e / 8u];
             let b = 2u * (e / QBLOCK);
             let s = w_meta[b];
             let o = w_meta[b + 1u];
@@ -71,8 +67,8 @@ fn load8(e: u32) -> W8 {
             let b = 2u * (e / QBLOCK);
             let s = w_meta[b];
             let o = w_meta[b + 1u];
-            r.lo = sbyte4(word(i)) * s + o;
-            r.hi = sbyte4(word(i + 1u)) * s + o;
+            r.lo = sbyte4(w_words[i]) * s + o;
+            r.hi = sbyte4(w_words[i + 1u]) * s + o;
         }
     }
     return r;
