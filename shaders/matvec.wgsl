@@ -22,6 +22,7 @@ override NW_OFF: u32 = 0u;       // norm weight offset in `vecs`
 override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;     // bias offset in `vecs`
 override GELU: bool = false;
+override SOFTCAP: f32 = 0.0;    // EPI 0: y = SOFTCAP * tanh(v / SOFTCAP) (Gemma 2's final logits)
 
 const TPR: u32 = 32u;
 override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
@@ -110,6 +111,9 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     if (t == 0u && valid) {
         if (EPI == 1u) {
             v += y[row];
+        }
+        if (SOFTCAP > 0.0) {
+            v = SOFTCAP * tanh(v / SOFTCAP);
         }
         y[row] = v;
     }

@@ -14,6 +14,7 @@ override EPS: f32;
 override W_OFFSET: f32 = 0.0;
 override LAST_ONLY: bool = false;
 override NW_OFF: u32 = 0u;
+override ADD: bool = false;   // y += result (Gemma's post-norms feed the residual stream)
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> vecs: array<f32>;
@@ -47,6 +48,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     let inv = 1.0 / sqrt(partial[0] / f32(H) + EPS);
     for (var i = lid; i < H; i += 256u) {
-        y[out_row * H + i] = x[row * H + i] * inv * (vecs[NW_OFF + i] + W_OFFSET);
+        let v = x[row * H + i] * inv * (vecs[NW_OFF + i] + W_OFFSET);
+        if (ADD) {
+            y[out_row * H + i] += v;
+        } else {
+            y[out_row * H + i] = v;
+        }
     }
 }

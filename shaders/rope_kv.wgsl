@@ -17,25 +17,58 @@ override ROT: u32;
 override NH: u32;
 override NKV: u32;
 override CTX: u32;
+override QK_NORM: bool = false;  // per-head RMSNorm of q and k first (Qwen3, Gemma 3)
+override Q_NORM_OFF: u32 = 0u;
+override K_NORM_OFF: u32 = 0u;
+override EPS: f32 = 1e-6;
+override NW_OFFSET: f32 = 0.0;
 
 @group(0) @binding(0) var<storage, read_write> qkv: array<f32>;
 @group(0) @binding(3) var<storage, read_write> kv: array<u32>;
+@group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 @group(0) @binding(6) var<storage, read> rope: array<vec2<f32>>;
+
+var<workgroup> ss_sh: array<f32, 128>;
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) w: u32) {
     let head = wg.x;
     let t = wg.y;
-    if (t >= step.n_tokens || w >= HD / 2u) {
+    if (t >= step.n_tokens) {
         return;
     }
+    let live = w < HD / 2u;
     let pos = step.pos0 + t;
     let stride = (NH + 2u * NKV) * HD;
     let i = t * stride + head * HD + 2u * w;
-    var a = qkv[i];
-    var b = qkv[i + 1u];
+    var a = 0.0;
+    var b = 0.0;
+    if (live) {
+        a = qkv[i];
+        b = qkv[i + 1u];
+    }
     let is_v = head >= NH + NKV;
+    if (QK_NORM && !is_v) {
+        ss_sh[w] = a * a + b * b;
+        workgroupBarrier();
+        for (var s = 64u; s > 0u; s >>= 1u) {
+            if (w < s) {
+                ss_sh[w] += ss_sh[w + s];
+            }
+            workgroupBarrier();
+        }
+        let inv = 1.0 / sqrt(ss_sh[0] / f32(HD) + EPS);
+        var off = Q_NORM_OFF;
+        if (head >= NH) {
+            off = K_NORM_OFF;
+        }
+        a *= inv * (vecs[off + 2u * w] + NW_OFFSET);
+        b *= inv * (vecs[off + 2u * w + 1u] + NW_OFFSET);
+    }
+    if (!live) {
+        return;
+    }
     if (!is_v && 2u * w < ROT) {
         let cs = rope[pos * (ROT / 2u) + w];
         let ra = a * cs.x - b * cs.y;

@@ -39,11 +39,13 @@ pub struct LoadOptions {
     pub context_length: Option<usize>,
     /// Most tokens one prefill step processes (longer prompts run in chunks).
     pub max_batch: usize,
+    /// Quantize F32/F16/BF16 safetensors weights at load (model folders only).
+    pub quantize: crate::model::hf::Quantize,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { context_length: None, max_batch: 256 }
+        LoadOptions { context_length: None, max_batch: 256, quantize: Default::default() }
     }
 }
 
@@ -68,30 +70,23 @@ pub struct Runtime {
 
 pub struct Engine {
     pub rt: Runtime,
-    pub tokenizer: Tokenizer,
+    /// `None` for a model folder without tokenizer.json (token ids in and out still work).
+    pub tokenizer: Option<Tokenizer>,
     pub template: Option<ChatTemplate>,
+    /// Tokens that end generation by default.
+    pub eos_ids: Vec<u32>,
     pub source_name: String,
 }
 
-impl Engine {
-    /// Load a GGUF model from a byte source onto a fresh GPU device.
-    pub async fn load(src: &dyn AsyncSource, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
-        let gguf = read_gguf_header(src).await?;
-        let mut cfg = ModelConfig::from_gguf(&gguf)?;
-        let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let template = ChatTemplate::from_gguf(&gguf)?;
-        let gpu = Gpu::new().await?;
+impl Runtime {
+    /// Size the context, build activations and both programs for loaded weights.
+    fn new(gpu: Gpu, cfg: ModelConfig, weights: ModelWeights, opts: &LoadOptions, progress: Progress<'_>) -> Result<Runtime> {
         let context = match opts.context_length {
             Some(0) => return Err(Error::InvalidOption("context length must be at least 1".into())),
             Some(c) => c,
-            None => cfg.context_train.min(4096),
+            None => cfg.context_train.clamp(1, 4096),
         };
-        if opts.max_batch == 0 {
-            return Err(Error::InvalidOption("max batch must be at least 1".into()));
-        }
         let max_batch = opts.max_batch.min(context);
-        let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
-        let weights = weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
         let bufs = Buffers::new(&gpu, &cfg, max_batch, context)?;
         progress("compile", 0, 2);
         let decode = forward::build(&gpu, &cfg, &weights, &bufs, context, false)?;
@@ -101,8 +96,80 @@ impl Engine {
         let readback = gpu.readback_buffer("logits readback", cfg.vocab as u64 * 4);
         let token_readback = (0..forward::TOKEN_SLOTS).map(|i| gpu.readback_buffer(&format!("token {i}"), 4)).collect();
         gpu.check()?;
-        let rt = Runtime { gpu, cfg, weights, bufs, decode, prefill, readback, token_readback, context, max_batch, pos: 0 };
-        Ok(Engine { rt, tokenizer, template, source_name: src.source_name() })
+        Ok(Runtime { gpu, cfg, weights, bufs, decode, prefill, readback, token_readback, context, max_batch, pos: 0 })
+    }
+}
+
+impl Engine {
+    /// Load a GGUF model from a byte source onto a fresh GPU device.
+    pub async fn load(src: &dyn AsyncSource, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
+        if opts.max_batch == 0 {
+            return Err(Error::InvalidOption("max batch must be at least 1".into()));
+        }
+        let gguf = read_gguf_header(src).await?;
+        let mut cfg = ModelConfig::from_gguf(&gguf)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let template = ChatTemplate::from_gguf(&gguf)?;
+        let gpu = Gpu::new().await?;
+        let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
+        let weights = weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
+        let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
+        let eos_ids = tokenizer.eos_ids();
+        Ok(Engine { rt, tokenizer: Some(tokenizer), template, eos_ids, source_name: src.source_name() })
+    }
+
+    /// Load a Hugging Face model folder (config.json + safetensors, tokenizer files optional).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub async fn load_hf_dir(dir: &std::path::Path, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
+        use crate::model::hf::{read_dir_files, HfModel};
+        use crate::weights::FileSource;
+        let files = read_dir_files(dir)?;
+        let model = HfModel::open(&files, |f| FileSource::open(dir.join(f)))?;
+        let tokenizer = files.tokenizer.as_deref().map(|t| Tokenizer::from_hf_json(t, files.tokenizer_config.as_deref())).transpose()?;
+        let template = match (&model.tokenizer_config, &tokenizer) {
+            (Some(tc), Some(tok)) => match &tc.chat_template {
+                Some(src) => {
+                    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+                    let bos = tc.bos_token.clone().unwrap_or_else(|| text(tok.bos_id()));
+                    let eos = tc.eos_token.clone().unwrap_or_else(|| text(tok.eos_id()));
+                    Some(ChatTemplate::new(src, &bos, &eos)?)
+                }
+                None => None,
+            },
+            _ => None,
+        };
+        let gpu = Gpu::new().await?;
+        progress("upload", 0, 1);
+        let weights = model.load(&gpu, opts.quantize)?;
+        progress("upload", 1, 1);
+        let mut eos_ids = model.eos_ids();
+        if let Some(t) = &tokenizer {
+            for id in t.eos_ids() {
+                if !eos_ids.contains(&id) {
+                    eos_ids.push(id);
+                }
+            }
+        }
+        let rt = Runtime::new(gpu, model.cfg, weights, opts, progress)?;
+        Ok(Engine { rt, tokenizer, template, eos_ids, source_name: dir.display().to_string() })
+    }
+
+    /// Load a GGUF file or a Hugging Face model folder from disk.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub async fn load_path(path: &std::path::Path, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
+        if path.is_dir() {
+            return Self::load_hf_dir(path, opts, progress).await;
+        }
+        if opts.quantize != crate::model::hf::Quantize::None {
+            return Err(Error::InvalidOption("--quantize applies to safetensors model folders; GGUF files are already quantized".into()));
+        }
+        let src = crate::weights::FileSource::open(path)?;
+        Self::load(&src, opts, progress).await
+    }
+
+    /// The tokenizer, or an error naming why text cannot be used with this model.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| Error::Tokenizer(format!("{} has no tokenizer (tokenizer.json); pass token ids instead", self.source_name)))
     }
 
     /// What a user or benchmark wants to know about the loaded engine.
@@ -116,7 +183,7 @@ impl Engine {
             "weightBytes": self.rt.weights.bytes,
             "gpuBytes": self.rt.weights.bytes + self.rt.bufs.bytes,
             "dispatchesPerToken": self.rt.decode_dispatches(),
-            "eosIds": self.tokenizer.eos_ids(),
+            "eosIds": self.eos_ids,
             "hasChatTemplate": self.template.is_some(),
         })
     }
@@ -127,24 +194,26 @@ impl Engine {
         let template = match &self.template {
             Some(t) => t,
             None => {
-                let text = |id: Option<u32>| id.and_then(|i| self.tokenizer.token_text(i)).unwrap_or("").to_string();
-                fallback = ChatTemplate::chatml(&text(self.tokenizer.bos_id()), &text(self.tokenizer.eos_id()));
+                let tok = self.tokenizer()?;
+                let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+                fallback = ChatTemplate::chatml(&text(tok.bos_id()), &text(tok.eos_id()));
                 &fallback
             }
         };
         let text = template.render(messages, true)?;
-        self.tokenizer.encode(&text)
+        self.tokenizer()?.encode(&text)
     }
 
     /// Tokenize a raw prompt, with BOS first when the model asks for it.
     pub fn prompt_ids(&self, text: &str) -> Result<Vec<u32>> {
+        let tok = self.tokenizer()?;
         let mut ids = Vec::new();
-        if self.tokenizer.add_bos() {
-            if let Some(b) = self.tokenizer.bos_id() {
+        if tok.add_bos() {
+            if let Some(b) = tok.bos_id() {
                 ids.push(b);
             }
         }
-        ids.extend(self.tokenizer.encode(text)?);
+        ids.extend(tok.encode(text)?);
         Ok(ids)
     }
 
@@ -156,7 +225,7 @@ impl Engine {
         if prompt.len() >= self.rt.context {
             return Err(Error::ContextOverflow { tokens: prompt.len(), max_new: opts.max_tokens, context: self.rt.context });
         }
-        let stop = opts.stop_ids.clone().unwrap_or_else(|| self.tokenizer.eos_ids());
+        let stop = opts.stop_ids.clone().unwrap_or_else(|| self.eos_ids.clone());
         self.rt.pos = 0;
         let t0 = now_ms();
         let logits = self.rt.forward(prompt).await?;
@@ -175,7 +244,7 @@ impl Engine {
             feed: None,
             inflight: std::collections::VecDeque::new(),
             submitted: 0,
-            decoder: self.tokenizer.stream(),
+            decoder: self.tokenizer.as_ref().map(|t| t.stream()),
             top_logits,
             stop_reason: None,
             prefill_ms,
@@ -231,13 +300,19 @@ impl Engine {
         g.decode_ms = now_ms() - g.decode_start_ms;
         if g.stop.contains(&id) {
             g.stop_reason = Some(StopReason::Stop);
-            let text = g.decoder.finish()?;
+            let text = match g.decoder.as_mut() {
+                Some(d) => d.finish()?,
+                None => String::new(),
+            };
             g.text.push_str(&text);
             return Ok(Some(TokenEvent { token: id, text, stop: true }));
         }
-        let mut text = g.decoder.push(id)?;
-        if g.tokens.len() >= g.max_tokens {
-            text.push_str(&g.decoder.finish()?);
+        let mut text = String::new();
+        if let Some(d) = g.decoder.as_mut() {
+            text = d.push(id)?;
+            if g.tokens.len() >= g.max_tokens {
+                text.push_str(&d.finish()?);
+            }
         }
         g.text.push_str(&text);
         Ok(Some(TokenEvent { token: id, text, stop: false }))
@@ -294,7 +369,7 @@ pub struct Generation {
     feed: Option<u32>,
     inflight: std::collections::VecDeque<(usize, wgpu::SubmissionIndex)>,
     submitted: usize,
-    decoder: StreamDecoder,
+    decoder: Option<StreamDecoder>,
     pub top_logits: Vec<(u32, f32)>,
     pub stop_reason: Option<StopReason>,
     prefill_ms: f64,

@@ -79,9 +79,12 @@ enum Cmd {
 
 #[derive(Args)]
 struct ModelArgs {
-    /// Path to a GGUF file.
+    /// A GGUF file or a Hugging Face model folder (config.json + *.safetensors).
     #[arg(long)]
     model: String,
+    /// Quantize a folder's F32/F16/BF16 weights at load: none, q8_0 or q4_0.
+    #[arg(long, default_value = "none")]
+    quantize: String,
     /// KV cache length in tokens (default: min(training context, 4096)).
     #[arg(long)]
     context: Option<usize>,
@@ -180,8 +183,7 @@ fn main() {
 }
 
 fn load(m: &ModelArgs, quiet: bool) -> Result<Engine> {
-    let src = FileSource::open(&m.model)?;
-    let opts = LoadOptions { context_length: m.context, ..Default::default() };
+    let opts = LoadOptions { context_length: m.context, quantize: m.quantize.parse()?, ..Default::default() };
     let mut last = 0u64;
     let mut progress = |phase: &str, done: u64, total: u64| {
         if !quiet && phase == "upload" && (done - last > 32 << 20 || done == total) {
@@ -192,15 +194,14 @@ fn load(m: &ModelArgs, quiet: bool) -> Result<Engine> {
             }
         }
     };
-    block_on(Engine::load(&src, &opts, &mut progress))
+    block_on(Engine::load_path(std::path::Path::new(&m.model), &opts, &mut progress))
 }
 
 fn bench(model: &str, prompt_len: usize, gen: usize, depth: Option<usize>, reps: usize, json: bool) -> Result<()> {
     let o = ferrolm::bench::BenchOptions { prompt_len, gen, depth, reps };
     let ctx = ferrolm::bench::context_needed(&o);
-    let src = FileSource::open(model)?;
-    let opts = LoadOptions { context_length: Some(ctx), max_batch: prompt_len.clamp(1, 512) };
-    let mut engine = block_on(Engine::load(&src, &opts, &mut |_, _, _| {}))?;
+    let opts = LoadOptions { context_length: Some(ctx), max_batch: prompt_len.clamp(1, 512), ..Default::default() };
+    let mut engine = block_on(Engine::load_path(std::path::Path::new(model), &opts, &mut |_, _, _| {}))?;
     let r = block_on(ferrolm::bench::run(&mut engine, &o))?;
     if json {
         println!("{}", serde_json::json!(r));
@@ -324,9 +325,15 @@ fn chat(a: ChatArgs) -> Result<()> {
 }
 
 fn tokenize(model: &str, text: &str, json: bool) -> Result<()> {
-    let src = FileSource::open(model)?;
-    let gguf = GgufFile::read(&src)?;
-    let tok = ferrolm::tokenizer::Tokenizer::from_gguf(&gguf)?;
+    let path = std::path::Path::new(model);
+    let tok = if path.is_dir() {
+        let read = |f: &str| std::fs::read_to_string(path.join(f));
+        let tj = read("tokenizer.json").map_err(|e| Error::io(path.join("tokenizer.json").display().to_string(), e))?;
+        ferrolm::tokenizer::Tokenizer::from_hf_json(&tj, read("tokenizer_config.json").ok().as_deref())?
+    } else {
+        let src = FileSource::open(model)?;
+        ferrolm::tokenizer::Tokenizer::from_gguf(&GgufFile::read(&src)?)?
+    };
     let ids = tok.encode(text)?;
     if json {
         println!("{}", serde_json::json!({ "ids": ids }));
@@ -350,6 +357,28 @@ fn short(v: &Value) -> String {
 }
 
 fn inspect(model: &str, json: bool) -> Result<()> {
+    let path = std::path::Path::new(model);
+    if path.is_dir() {
+        let files = ferrolm::model::hf::read_dir_files(path)?;
+        let hf = ferrolm::model::hf_config::HfConfig::from_json(&files.config)?;
+        let cfg = ferrolm::model::ModelConfig::from_hf(&hf);
+        let st = ferrolm::weights::safetensors::open_dir(path)?;
+        let names: Vec<&str> = st.tensor_names().collect();
+        if json {
+            let cfg = cfg.map(|c| serde_json::json!(c)).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
+            println!("{}", serde_json::json!({ "config": cfg, "tensors": names }));
+        } else {
+            println!("{model}: Hugging Face folder, model_type {}, {} tensors", hf.model_type, names.len());
+            match cfg {
+                Ok(c) => println!("config: {c:?}"),
+                Err(e) => println!("config: not runnable: {e}"),
+            }
+            for n in names {
+                println!("  {n}");
+            }
+        }
+        return Ok(());
+    }
     let src = FileSource::open(model)?;
     let g = GgufFile::read(&src)?;
     let cfg = ferrolm::model::ModelConfig::from_gguf(&g);

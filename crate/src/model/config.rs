@@ -28,6 +28,33 @@ pub struct ModelConfig {
     /// Added q/k/v biases (Qwen2).
     pub qkv_bias: bool,
     pub tied_embeddings: bool,
+    /// Inverse rotary frequencies given by the model folder (HF rope types); `None`: from theta.
+    pub rope_inv: Option<Vec<f64>>,
+    /// Frequencies of sliding-window layers when they differ (Gemma 3's local rope).
+    pub rope_local_inv: Option<Vec<f64>>,
+    /// cos/sin multiplier (Phi-3 longrope's attention factor).
+    pub rope_attn_factor: f64,
+    /// Longrope: past this many positions transformers switches to the long factors, which are
+    /// these frequencies; the engine picks the table per generation.
+    pub rope_long: Option<(usize, Vec<f64>)>,
+    /// Added to every norm weight: Gemma's (1 + w) in HF files (GGUF stores w + 1 already).
+    pub norm_offset: f32,
+    /// Embeddings are multiplied by this (Gemma: sqrt(hidden)).
+    pub embed_scale: f32,
+    /// GELU (tanh approximation) instead of SiLU in the gated FFN.
+    pub gelu: bool,
+    /// Attention score scale (1/sqrt(head_dim), or 1/sqrt(query_pre_attn_scalar)).
+    pub attn_scale: f64,
+    /// Soft-capping of attention scores and of final logits (0: off).
+    pub attn_softcap: f32,
+    pub final_softcap: f32,
+    /// Per-head RMSNorm of q and k before the rotary embedding (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// Norms after attention and after the FFN, before the residual add (Gemma 2/3).
+    pub post_norms: bool,
+    /// Sliding window in positions (0: none) and which layers use it.
+    pub sliding_window: usize,
+    pub layer_sliding: Vec<bool>,
 }
 
 fn need(g: &GgufFile, key: &str) -> Result<u64> {
@@ -90,6 +117,20 @@ impl ModelConfig {
             rope_neox,
             // Filled by the loader from the `rope_freqs.weight` tensor (Llama 3) when present.
             rope_freq_factors: None,
+            rope_inv: None,
+            rope_local_inv: None,
+            rope_attn_factor: 1.0,
+            rope_long: None,
+            norm_offset: 0.0,
+            embed_scale: 1.0,
+            gelu: false,
+            attn_scale: 1.0 / (head_dim as f64).sqrt(),
+            attn_softcap: 0.0,
+            final_softcap: 0.0,
+            qk_norm: false,
+            post_norms: false,
+            sliding_window: 0,
+            layer_sliding: vec![false; n_layers],
             rope_linear_scale,
             qkv_bias,
             tied_embeddings: g.tensor("output.weight").is_none(),
@@ -107,11 +148,17 @@ impl ModelConfig {
                 self.n_layers, self.hidden, self.ffn, self.vocab
             ));
         }
+        if self.n_heads == 0 || self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!("{} attention heads cannot share {} KV heads", self.n_heads, self.n_kv_heads));
+        }
         if self.head_dim % 8 != 0 || self.head_dim > 256 {
             return bad(format!("head dimension {} (must be a multiple of 8, at most 256)", self.head_dim));
         }
         if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
             return bad(format!("rope dimension {} with head dimension {}", self.rope_dim, self.head_dim));
+        }
+        if self.layer_sliding.len() != self.n_layers {
+            return bad(format!("{} layer types for {} layers", self.layer_sliding.len(), self.n_layers));
         }
         for (what, v) in [("hidden size", self.hidden), ("feed-forward size", self.ffn)] {
             if v % 8 != 0 {
@@ -130,6 +177,9 @@ impl ModelConfig {
 
     /// Inverse frequencies of the rotary embedding, in f64.
     pub fn rope_inv_freq(&self) -> Vec<f64> {
+        if let Some(v) = &self.rope_inv {
+            return v.clone();
+        }
         (0..self.rope_dim / 2)
             .map(|i| {
                 let mut f = self.rope_theta.powf(-(2.0 * i as f64) / self.rope_dim as f64);
@@ -139,5 +189,80 @@ impl ModelConfig {
                 f / self.rope_linear_scale
             })
             .collect()
+    }
+}
+
+impl ModelConfig {
+    /// The engine's config for a Hugging Face model folder's config.json.
+    pub fn from_hf(h: &super::hf_config::HfConfig) -> Result<ModelConfig> {
+        use super::hf_config::LayerKind;
+        let family = h.model_type.as_str();
+        let gemma = matches!(family, "gemma2" | "gemma3" | "gemma3_text" | "gemma");
+        match family {
+            "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma" | "gemma2" | "gemma3" | "gemma3_text" => {}
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3)"
+                )))
+            }
+        }
+        let n_layers = h.num_hidden_layers;
+        let rope_dim = h.rope_dim(&h.rope);
+        let rope_inv = h.rope_inv_freq(LayerKind::Full, None)?;
+        let rope_local_inv = match &h.rope_local {
+            Some(_) => Some(h.rope_inv_freq(LayerKind::Sliding, None)?),
+            None => None,
+        };
+        let rope_long = match (h.rope.rope_type.as_str(), h.rope.original_max_position_embeddings) {
+            ("longrope", Some(orig)) => Some((orig as usize, h.rope_inv_freq(LayerKind::Full, Some(orig + 1))?)),
+            _ => None,
+        };
+        let layer_sliding: Vec<bool> = if h.layer_types.len() == n_layers {
+            h.layer_types.iter().map(|k| *k == LayerKind::Sliding).collect()
+        } else {
+            vec![h.sliding_window.is_some(); n_layers]
+        };
+        let act = h.hidden_act.as_str();
+        let gelu = match act {
+            "silu" | "swish" => false,
+            "gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new" | "gelu_fast" => true,
+            other => return Err(Error::Unsupported(format!("activation {other:?} (silu and gelu_pytorch_tanh are supported)"))),
+        };
+        let cfg = ModelConfig {
+            arch: family.to_string(),
+            n_layers,
+            hidden: h.hidden_size,
+            n_heads: h.num_attention_heads,
+            n_kv_heads: h.num_key_value_heads,
+            head_dim: h.head_dim,
+            ffn: h.intermediate_size,
+            vocab: h.vocab_size,
+            context_train: h.max_position_embeddings as usize,
+            rms_eps: h.rms_norm_eps as f32,
+            rope_theta: h.rope.theta,
+            rope_dim,
+            // HF checkpoints rotate halves; the loader reorders q/k rows into pairs.
+            rope_neox: true,
+            rope_freq_factors: None,
+            rope_linear_scale: 1.0,
+            qkv_bias: h.qkv_bias,
+            tied_embeddings: h.tie_word_embeddings,
+            rope_inv: Some(rope_inv),
+            rope_local_inv,
+            rope_attn_factor: h.rope_attention_factor(LayerKind::Full),
+            rope_long,
+            norm_offset: if gemma { 1.0 } else { 0.0 },
+            embed_scale: if gemma { (h.hidden_size as f32).sqrt() } else { 1.0 },
+            gelu,
+            attn_scale: 1.0 / h.query_pre_attn_scalar.unwrap_or(h.head_dim as f64).sqrt(),
+            attn_softcap: h.attn_logit_softcapping.unwrap_or(0.0) as f32,
+            final_softcap: h.final_logit_softcapping.unwrap_or(0.0) as f32,
+            qk_norm: h.qk_norm,
+            post_norms: gemma,
+            sliding_window: h.sliding_window.unwrap_or(0) as usize,
+            layer_sliding,
+        };
+        cfg.validate()?;
+        Ok(cfg)
     }
 }

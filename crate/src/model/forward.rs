@@ -69,6 +69,8 @@ pub struct Buffers {
     /// Per token: [gate; up].
     pub gu: wgpu::Buffer,
     pub h: wgpu::Buffer,
+    /// Projection outputs that go through a post-norm before the residual add (Gemma).
+    pub tmp: wgpu::Buffer,
     /// Split-KV attention partials: [heads][splits][head_dim + 2].
     pub part: wgpu::Buffer,
     pub xlast: wgpu::Buffer,
@@ -77,6 +79,8 @@ pub struct Buffers {
     pub tokens: wgpu::Buffer,
     pub step: wgpu::Buffer,
     pub rope: wgpu::Buffer,
+    /// Rope table of sliding-window layers when their frequencies differ (Gemma 3).
+    pub rope_local: Option<wgpu::Buffer>,
     /// Per layer: [k | v][kv_head][position][head_dim / 2] packed f16 pairs.
     pub kv: Vec<wgpu::Buffer>,
     pub bytes: u64,
@@ -104,7 +108,16 @@ impl Buffers {
         for i in 0..cfg.n_layers {
             kv.push(buf(&format!("kv.{i}"), kv_bytes)?);
         }
-        let table = rope_table(cfg, context);
+        let table = rope_table(&cfg.rope_inv_freq(), cfg.rope_attn_factor, context);
+        let local = match &cfg.rope_local_inv {
+            Some(inv) => {
+                let t = rope_table(inv, 1.0, context);
+                let b = buf("rope local", t.len() as u64 * 4)?;
+                gpu.queue.write_buffer(&b, 0, bytemuck::cast_slice(&t));
+                Some(b)
+            }
+            None => None,
+        };
         let b = Buffers {
             ids: buf("ids", t.max(4) * 4)?,
             x: buf("x", t * h * f)?,
@@ -113,11 +126,13 @@ impl Buffers {
             attn: buf("attn", t * qd * f)?,
             gu: buf("gu", t * 2 * ff * f)?,
             h: buf("h", t * ff * f)?,
+            tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 2)) as u64 * f)?,
             xlast: buf("xlast", h * f)?,
             logits: buf("logits", cfg.vocab as u64 * f)?,
             tokens: buf("tokens", TOKEN_SLOTS as u64 * 4)?,
             rope: buf("rope", table.len() as u64 * 4)?,
+            rope_local: local,
             step: gpu.uniform("step", 16),
             kv,
             bytes: 0,
@@ -127,15 +142,15 @@ impl Buffers {
     }
 }
 
-/// cos/sin of position * inverse frequency for every cached position, computed in f64.
-fn rope_table(cfg: &ModelConfig, context: usize) -> Vec<f32> {
-    let inv = cfg.rope_inv_freq();
+/// cos/sin of position * inverse frequency for every cached position, computed in f64 and
+/// scaled by `factor` (longrope's attention factor).
+pub fn rope_table(inv: &[f64], factor: f64, context: usize) -> Vec<f32> {
     let mut t = Vec::with_capacity(context * inv.len() * 2);
     for p in 0..context {
-        for &f in &inv {
+        for &f in inv {
             let a = p as f64 * f;
-            t.push(a.cos() as f32);
-            t.push(a.sin() as f32);
+            t.push((a.cos() * factor) as f32);
+            t.push((a.sin() * factor) as f32);
         }
     }
     t
@@ -203,8 +218,10 @@ impl Builder<'_> {
         self.ops.push(Op { label, pipeline, bind, grid });
     }
 
-    /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU).
-    fn matvec(&mut self, label: &'static str, w: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, vecs: &wgpu::Buffer, norm: Option<usize>, epi: u32) {
+    /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU) and an
+    /// optional soft-cap of stored values.
+    #[allow(clippy::too_many_arguments)]
+    fn matvec(&mut self, label: &'static str, w: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, vecs: &wgpu::Buffer, norm: Option<usize>, epi: u32, softcap: f32, bias: Option<usize>) {
         let [l0, l1] = w.layout_constants();
         let consts = [
             l0,
@@ -215,6 +232,11 @@ impl Builder<'_> {
             ("NORM", b(norm.is_some())),
             ("NW_OFF", norm.unwrap_or(0) as f64),
             ("EPS", self.cfg.rms_eps as f64),
+            ("NW_OFFSET", self.cfg.norm_offset as f64),
+            ("GELU", b(self.cfg.gelu)),
+            ("SOFTCAP", softcap as f64),
+            ("HAS_BIAS", b(bias.is_some())),
+            ("BIAS_OFF", bias.unwrap_or(0) as f64),
             ("R", self.rows_per_wg as f64),
         ];
         let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
@@ -241,8 +263,16 @@ impl Builder<'_> {
         self.push(label, Kernel::MatMul, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)], Grid::Tiles(w.rows as u32));
     }
 
-    fn rmsnorm(&mut self, x: &wgpu::Buffer, vecs: &wgpu::Buffer, off: usize, y: &wgpu::Buffer, last_only: bool) {
-        let consts = [("H", self.cfg.hidden as f64), ("EPS", self.cfg.rms_eps as f64), ("LAST_ONLY", b(last_only)), ("NW_OFF", off as f64)];
+    /// y = norm(x) (`add`: y += norm(x)), over every token or only the last.
+    fn rmsnorm(&mut self, x: &wgpu::Buffer, vecs: &wgpu::Buffer, off: usize, y: &wgpu::Buffer, last_only: bool, add: bool) {
+        let consts = [
+            ("H", self.cfg.hidden as f64),
+            ("EPS", self.cfg.rms_eps as f64),
+            ("LAST_ONLY", b(last_only)),
+            ("NW_OFF", off as f64),
+            ("W_OFFSET", self.cfg.norm_offset as f64),
+            ("ADD", b(add)),
+        ];
         let grid = if last_only { Grid::Fixed(1) } else { Grid::Tokens };
         self.push("norm", Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, y)], grid);
     }
@@ -255,36 +285,24 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
     let off = w.offsets;
-    let attn_consts = [
-        ("HD", hd),
-        ("NH", nh),
-        ("NKV", nkv),
-        ("CTX", context as f64),
-        ("SCALE", 1.0 / hd.sqrt()),
-        ("QSTRIDE", (qd + 2 * kvd) as f64),
-    ];
+    // The fused decode q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
+    // needs the whole head first, so those models take the matvec + rope_kv route.
+    let fused_qkv = !batched && !cfg.qk_norm;
 
     let [l0, l1] = w.embed.layout_constants();
     p.push(
         "embed",
         Kernel::Embed,
-        &[l0, l1, ("H", cfg.hidden as f64), ("SCALE", 1.0)],
+        &[l0, l1, ("H", cfg.hidden as f64), ("SCALE", cfg.embed_scale as f64)],
         &[(0, &w.embed.words), (1, &w.embed.meta), (2, &bf.ids), (3, &bf.x)],
         Grid::PerToken((cfg.hidden as u32 / 8).div_ceil(64)),
     );
     for (i, lw) in w.layers.iter().enumerate() {
         let kv = &bf.kv[i];
-        if batched {
-            p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false);
-            p.matmul("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
-            p.push(
-                "rope+kv",
-                Kernel::RopeKv,
-                &[("HD", hd), ("ROT", cfg.rope_dim as f64), ("NH", nh), ("NKV", nkv), ("CTX", context as f64)],
-                &[(0, &bf.qkv), (3, kv), (6, &bf.rope)],
-                Grid::PerToken((cfg.n_heads + 2 * cfg.n_kv_heads) as u32),
-            );
-        } else {
+        let sliding = cfg.layer_sliding[i] && cfg.sliding_window > 0;
+        let rope = if cfg.layer_sliding[i] { bf.rope_local.as_ref().unwrap_or(&bf.rope) } else { &bf.rope };
+        let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
+        if fused_qkv {
             let [l0, l1] = lw.wqkv.layout_constants();
             let consts = [
                 l0,
@@ -297,36 +315,84 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
                 ("CTX", context as f64),
                 ("EPS", cfg.rms_eps as f64),
                 ("NW_OFF", off.attn_norm as f64),
+                ("NW_OFFSET", cfg.norm_offset as f64),
                 ("HAS_BIAS", b(off.qkv_bias.is_some())),
                 ("BIAS_OFF", off.qkv_bias.unwrap_or(0) as f64),
                 ("R", rows_per_wg as f64),
             ];
-            let bufs = [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, &bf.rope)];
+            let bufs = [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
             p.push("qkv", Kernel::QkvRope, &consts, &bufs, Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(rows_per_wg as u32)));
-        }
-        if batched {
-            p.push("attention", Kernel::Attention, &attn_consts, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], Grid::PerToken(cfg.n_heads as u32));
         } else {
-            p.push("attention", Kernel::AttnDecode, &attn_consts[..5], &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part)], Grid::Splits(cfg.n_heads as u32));
+            if batched {
+                p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false, false);
+                p.matmul("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
+            } else {
+                p.matvec("qkv", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs, Some(off.attn_norm), 0, 0.0, off.qkv_bias);
+            }
+            p.push(
+                "rope+kv",
+                Kernel::RopeKv,
+                &[
+                    ("HD", hd),
+                    ("ROT", cfg.rope_dim as f64),
+                    ("NH", nh),
+                    ("NKV", nkv),
+                    ("CTX", context as f64),
+                    ("QK_NORM", b(cfg.qk_norm)),
+                    ("Q_NORM_OFF", off.q_norm.unwrap_or(0) as f64),
+                    ("K_NORM_OFF", off.k_norm.unwrap_or(0) as f64),
+                    ("EPS", cfg.rms_eps as f64),
+                    ("NW_OFFSET", cfg.norm_offset as f64),
+                ],
+                &[(0, &bf.qkv), (3, kv), (4, &lw.vecs), (6, rope)],
+                Grid::PerToken((cfg.n_heads + 2 * cfg.n_kv_heads) as u32),
+            );
+        }
+        let attn = [
+            ("HD", hd),
+            ("NH", nh),
+            ("NKV", nkv),
+            ("CTX", context as f64),
+            ("SCALE", cfg.attn_scale),
+            ("SOFTCAP", cfg.attn_softcap as f64),
+            ("WINDOW", window),
+            ("QSTRIDE", (qd + 2 * kvd) as f64),
+        ];
+        if batched {
+            p.push("attention", Kernel::Attention, &attn, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], Grid::PerToken(cfg.n_heads as u32));
+        } else {
+            p.push("attention", Kernel::AttnDecode, &attn[..7], &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part)], Grid::Splits(cfg.n_heads as u32));
             p.push("attn merge", Kernel::AttnCombine, &[("HD", hd), ("CTX", context as f64)], &[(0, &bf.part), (3, &bf.attn)], Grid::Fixed(cfg.n_heads as u32));
         }
+        // Residual adds: fused into the projection, or (Gemma) through a norm of its output.
+        let (o_out, down_out) = if cfg.post_norms { (&bf.tmp, &bf.tmp) } else { (&bf.x, &bf.x) };
+        let acc = !cfg.post_norms;
         if batched {
-            p.matmul("o", &lw.wo, &bf.attn, &bf.x, &lw.vecs, None, true);
-            p.rmsnorm(&bf.x, &lw.vecs, off.ffn_norm, &bf.xn, false);
-            p.matmul("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, None, false);
-            p.push("glu", Kernel::FfnAct, &[("F", cfg.ffn as f64)], &[(0, &bf.gu), (1, &bf.h)], Grid::Elems(cfg.ffn as u32));
-            p.matmul("down", &lw.w_down, &bf.h, &bf.x, &lw.vecs, None, true);
+            p.matmul("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc);
         } else {
-            p.matvec("o", &lw.wo, &bf.attn, &bf.x, &lw.vecs, None, 1);
-            p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2);
-            p.matvec("down", &lw.w_down, &bf.h, &bf.x, &lw.vecs, None, 1);
+            p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, None);
+        }
+        if let Some(pn) = off.post_attn_norm {
+            p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);
+        }
+        if batched {
+            p.rmsnorm(&bf.x, &lw.vecs, off.ffn_norm, &bf.xn, false, false);
+            p.matmul("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, None, false);
+            p.push("glu", Kernel::FfnAct, &[("F", cfg.ffn as f64), ("GELU", b(cfg.gelu))], &[(0, &bf.gu), (1, &bf.h)], Grid::Elems(cfg.ffn as u32));
+            p.matmul("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc);
+        } else {
+            p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, None);
+            p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc as u32, 0.0, None);
+        }
+        if let Some(pn) = off.post_ffn_norm {
+            p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);
         }
     }
     if batched {
-        p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xlast, true);
-        p.matvec("lm head", w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, None, 0);
+        p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xlast, true, false);
+        p.matvec("lm head", w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, None, 0, cfg.final_softcap, None);
     } else {
-        p.matvec("lm head", w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, Some(0), 0);
+        p.matvec("lm head", w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, Some(0), 0, cfg.final_softcap, None);
     }
     p.push("argmax", Kernel::Argmax, &[("V", cfg.vocab as f64)], &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)], Grid::Fixed(1));
     gpu.check().map_err(|e| Error::Gpu(format!("building the forward pass: {e}")))?;

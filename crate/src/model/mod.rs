@@ -3,6 +3,7 @@
 pub mod config;
 pub mod forward;
 pub mod weights;
+pub mod hf;
 pub mod hf_config;
 
 pub use config::ModelConfig;

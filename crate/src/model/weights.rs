@@ -35,7 +35,7 @@ impl GpuMatrix {
         [("LAYOUT", id as f64), ("QBLOCK", block as f64)]
     }
 
-    fn upload(gpu: &Gpu, name: &str, p: &Packed) -> Result<GpuMatrix> {
+    pub fn upload(gpu: &Gpu, name: &str, p: &Packed) -> Result<GpuMatrix> {
         check_binding(gpu, name, p.words.len() as u64 * 4)?;
         let words = gpu.buffer_init(name, p.words_bytes())?;
         let meta = gpu.buffer_init(&format!("{name}.meta"), p.meta_bytes())?;
@@ -58,12 +58,102 @@ pub struct VecOffsets {
     pub ffn_norm: usize,
     /// Bias of the fused [q; k; v] rows, if the model has one.
     pub qkv_bias: Option<usize>,
+    /// Per-head q and k norm weights (head_dim each).
+    pub q_norm: Option<usize>,
+    pub k_norm: Option<usize>,
+    /// Gemma's norms after attention and after the FFN.
+    pub post_attn_norm: Option<usize>,
+    pub post_ffn_norm: Option<usize>,
+    pub len: usize,
 }
 
 impl VecOffsets {
     pub fn new(cfg: &ModelConfig) -> VecOffsets {
         let h = cfg.hidden;
-        VecOffsets { attn_norm: 0, ffn_norm: h, qkv_bias: cfg.qkv_bias.then_some(2 * h) }
+        let mut at = 2 * h;
+        let mut next = |on: bool, n: usize| {
+            on.then(|| {
+                at += n;
+                at - n
+            })
+        };
+        let qkv_bias = next(cfg.qkv_bias, cfg.q_dim() + 2 * cfg.kv_dim());
+        let q_norm = next(cfg.qk_norm, cfg.head_dim);
+        let k_norm = next(cfg.qk_norm, cfg.head_dim);
+        let post_attn_norm = next(cfg.post_norms, h);
+        let post_ffn_norm = next(cfg.post_norms, h);
+        VecOffsets { attn_norm: 0, ffn_norm: h, qkv_bias, q_norm, k_norm, post_attn_norm, post_ffn_norm, len: at }
+    }
+}
+
+/// One layer's tensors as read from a file, before fusing and upload.
+pub struct LayerParts {
+    pub attn_norm: Vec<f32>,
+    pub ffn_norm: Vec<f32>,
+    /// [q; k; v] rows, fused already (Phi-3) or as three matrices.
+    pub qkv: Vec<Packed>,
+    pub qkv_bias: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub o: Packed,
+    /// [gate; up] rows, fused already (Phi-3) or as two matrices.
+    pub gate_up: Vec<Packed>,
+    pub down: Packed,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+impl LayerParts {
+    /// Fuse, reorder NeoX rotary halves into pairs, and upload.
+    pub fn upload(self, gpu: &Gpu, cfg: &ModelConfig, name: &str) -> Result<LayerWeights> {
+        let (qd, kvd, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+        let mut qkv = concat_rows(&self.qkv)?;
+        if qkv.rows != qd + 2 * kvd {
+            return Err(Error::Model(format!("{name}: fused q/k/v has {} rows, expected {}", qkv.rows, qd + 2 * kvd)));
+        }
+        let mut bias = self.qkv_bias;
+        let (mut q_norm, mut k_norm) = (self.q_norm, self.k_norm);
+        if cfg.rope_neox {
+            let head = neox_to_pairs(1, hd, cfg.rope_dim);
+            let q = neox_to_pairs(cfg.n_heads, hd, cfg.rope_dim);
+            let k = neox_to_pairs(cfg.n_kv_heads, hd, cfg.rope_dim);
+            let perm: Vec<usize> = q.iter().copied().chain(k.iter().map(|r| qd + r)).chain(qd + kvd..qd + 2 * kvd).collect();
+            qkv = permute_rows(&qkv, &perm);
+            bias = bias.map(|b| permute_vec(&b, &perm));
+            q_norm = q_norm.map(|v| permute_vec(&v, &head));
+            k_norm = k_norm.map(|v| permute_vec(&v, &head));
+        }
+        let off = VecOffsets::new(cfg);
+        let mut vecs = vec![0f32; off.len];
+        let mut put = |at: Option<usize>, v: Option<Vec<f32>>, what: &str| -> Result<()> {
+            match (at, v) {
+                (Some(at), Some(v)) => {
+                    vecs[at..at + v.len()].copy_from_slice(&v);
+                    Ok(())
+                }
+                (None, None) => Ok(()),
+                (Some(_), None) => Err(Error::Model(format!("{name}: missing {what}"))),
+                (None, Some(_)) => Ok(()),
+            }
+        };
+        put(Some(off.attn_norm), Some(self.attn_norm), "attention norm")?;
+        put(Some(off.ffn_norm), Some(self.ffn_norm), "FFN norm")?;
+        put(off.qkv_bias, bias, "q/k/v bias")?;
+        put(off.q_norm, q_norm, "q norm")?;
+        put(off.k_norm, k_norm, "k norm")?;
+        put(off.post_attn_norm, self.post_attn_norm, "post-attention norm")?;
+        put(off.post_ffn_norm, self.post_ffn_norm, "post-FFN norm")?;
+        let gate_up = concat_rows(&self.gate_up)?;
+        if gate_up.rows != 2 * cfg.ffn {
+            return Err(Error::Model(format!("{name}: fused gate/up has {} rows, expected {}", gate_up.rows, 2 * cfg.ffn)));
+        }
+        Ok(LayerWeights {
+            vecs: gpu.buffer_init(&format!("{name}.vecs"), bytemuck::cast_slice(&vecs))?,
+            wqkv: GpuMatrix::upload(gpu, &format!("{name}.qkv"), &qkv)?,
+            wo: GpuMatrix::upload(gpu, &format!("{name}.o"), &self.o)?,
+            w_gate_up: GpuMatrix::upload(gpu, &format!("{name}.gate_up"), &gate_up)?,
+            w_down: GpuMatrix::upload(gpu, &format!("{name}.down"), &self.down)?,
+        })
     }
 }
 
@@ -169,7 +259,7 @@ impl GgufLoader<'_> {
     }
 }
 
-fn permute_vec(v: &[f32], perm: &[usize]) -> Vec<f32> {
+pub fn permute_vec(v: &[f32], perm: &[usize]) -> Vec<f32> {
     perm.iter().map(|&i| v[i]).collect()
 }
 
@@ -186,56 +276,69 @@ pub async fn load_gguf(
     if gguf.tensor("rope_freqs.weight").is_some() {
         cfg.rope_freq_factors = Some(l.vector("rope_freqs.weight", cfg.rope_dim / 2).await?);
     }
-    // The kernels rotate (2i, 2i+1) pairs; NeoX-style models rotate halves, so reorder their
-    // q and k rows (and biases) into pairs. Attention scores are unchanged by the reordering.
-    let (q_perm, k_perm) = if cfg.rope_neox {
-        (Some(neox_to_pairs(cfg.n_heads, cfg.head_dim, cfg.rope_dim)), Some(neox_to_pairs(cfg.n_kv_heads, cfg.head_dim, cfg.rope_dim)))
-    } else {
-        (None, None)
-    };
-    let offsets = VecOffsets::new(cfg);
     let embed = l.streamed("token_embd.weight", cfg.vocab, h).await?;
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for i in 0..cfg.n_layers {
         let n = |s: &str| format!("blk.{i}.{s}");
-        let mut vecs = l.vector(&n("attn_norm.weight"), h).await?;
-        vecs.extend(l.vector(&n("ffn_norm.weight"), h).await?);
-        let mut q = l.packed(&n("attn_q.weight"), qd, h).await?;
-        let mut k = l.packed(&n("attn_k.weight"), kvd, h).await?;
-        let v = l.packed(&n("attn_v.weight"), kvd, h).await?;
-        if let (Some(qp), Some(kp)) = (&q_perm, &k_perm) {
-            q = permute_rows(&q, qp);
-            k = permute_rows(&k, kp);
-        }
-        if cfg.qkv_bias {
-            let mut bq = l.vector(&n("attn_q.bias"), qd).await?;
-            let mut bk = l.vector(&n("attn_k.bias"), kvd).await?;
-            if let (Some(qp), Some(kp)) = (&q_perm, &k_perm) {
-                bq = permute_vec(&bq, qp);
-                bk = permute_vec(&bk, kp);
-            }
-            vecs.extend(bq);
-            vecs.extend(bk);
-            vecs.extend(l.vector(&n("attn_v.bias"), kvd).await?);
-        }
-        let wqkv = GpuMatrix::upload(gpu, &n("attn_qkv"), &concat_rows(&[q, k, v])?)?;
-        let wo = GpuMatrix::upload(gpu, &n("attn_output.weight"), &l.packed(&n("attn_output.weight"), h, qd).await?)?;
-        let gate = l.packed(&n("ffn_gate.weight"), f, h).await?;
-        let up = l.packed(&n("ffn_up.weight"), f, h).await?;
-        let w_gate_up = GpuMatrix::upload(gpu, &n("ffn_gate_up"), &concat_rows(&[gate, up])?)?;
-        let w_down = GpuMatrix::upload(gpu, &n("ffn_down.weight"), &l.packed(&n("ffn_down.weight"), h, f).await?)?;
-        let vecs = gpu.buffer_init(&n("vecs"), bytemuck::cast_slice(&vecs))?;
-        layers.push(LayerWeights { vecs, wqkv, wo, w_gate_up, w_down });
+        let opt = |l: &GgufLoader, s: &str| l.gguf.tensor(&n(s)).is_some();
+        let qkv = if opt(&l, "attn_qkv.weight") {
+            vec![l.packed(&n("attn_qkv.weight"), qd + 2 * kvd, h).await?]
+        } else {
+            vec![l.packed(&n("attn_q.weight"), qd, h).await?, l.packed(&n("attn_k.weight"), kvd, h).await?, l.packed(&n("attn_v.weight"), kvd, h).await?]
+        };
+        let qkv_bias = if cfg.qkv_bias {
+            let mut b = l.vector(&n("attn_q.bias"), qd).await?;
+            b.extend(l.vector(&n("attn_k.bias"), kvd).await?);
+            b.extend(l.vector(&n("attn_v.bias"), kvd).await?);
+            Some(b)
+        } else {
+            None
+        };
+        let (q_norm, k_norm) = if cfg.qk_norm {
+            (Some(l.vector(&n("attn_q_norm.weight"), cfg.head_dim).await?), Some(l.vector(&n("attn_k_norm.weight"), cfg.head_dim).await?))
+        } else {
+            (None, None)
+        };
+        let gate_up = if opt(&l, "ffn_gate.weight") {
+            vec![l.packed(&n("ffn_gate.weight"), f, h).await?, l.packed(&n("ffn_up.weight"), f, h).await?]
+        } else {
+            vec![l.packed(&n("ffn_up.weight"), 2 * f, h).await?]
+        };
+        let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
+            (Some(l.vector(&n("post_attention_norm.weight"), h).await?), Some(l.vector(&n("post_ffw_norm.weight"), h).await?))
+        } else {
+            (None, None)
+        };
+        let parts = LayerParts {
+            attn_norm: l.vector(&n("attn_norm.weight"), h).await?,
+            ffn_norm: l.vector(&n("ffn_norm.weight"), h).await?,
+            qkv,
+            qkv_bias,
+            q_norm,
+            k_norm,
+            o: l.packed(&n("attn_output.weight"), h, qd).await?,
+            gate_up,
+            down: l.packed(&n("ffn_down.weight"), h, f).await?,
+            post_attn_norm,
+            post_ffn_norm,
+        };
+        layers.push(parts.upload(gpu, cfg, &format!("blk.{i}"))?);
         gpu.check()?;
     }
     let out_norm = l.vector("output_norm.weight", h).await?;
-    let out_vecs = gpu.buffer_init("output_norm", bytemuck::cast_slice(&out_norm))?;
     let lm_head = if cfg.tied_embeddings { None } else { Some(l.streamed("output.weight", cfg.vocab, h).await?) };
-    gpu.check()?;
-    let mut bytes = embed.bytes + lm_head.as_ref().map_or(0, |m| m.bytes) + h as u64 * 4;
-    for ly in &layers {
-        bytes += [&ly.wqkv, &ly.wo, &ly.w_gate_up, &ly.w_down].iter().map(|m| m.bytes).sum::<u64>();
-        bytes += ly.vecs.size();
+    ModelWeights::new(gpu, cfg, embed, layers, &out_norm, lm_head)
+}
+
+impl ModelWeights {
+    pub fn new(gpu: &Gpu, cfg: &ModelConfig, embed: GpuMatrix, layers: Vec<LayerWeights>, out_norm: &[f32], lm_head: Option<GpuMatrix>) -> Result<ModelWeights> {
+        let out_vecs = gpu.buffer_init("output_norm", bytemuck::cast_slice(out_norm))?;
+        gpu.check()?;
+        let mut bytes = embed.bytes + lm_head.as_ref().map_or(0, |m| m.bytes) + out_norm.len() as u64 * 4;
+        for ly in &layers {
+            bytes += [&ly.wqkv, &ly.wo, &ly.w_gate_up, &ly.w_down].iter().map(|m| m.bytes).sum::<u64>();
+            bytes += ly.vecs.size();
+        }
+        Ok(ModelWeights { embed, layers, offsets: VecOffsets::new(cfg), out_vecs, lm_head, bytes })
     }
-    Ok(ModelWeights { embed, layers, offsets, out_vecs, lm_head, bytes })
 }

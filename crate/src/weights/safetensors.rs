@@ -493,6 +493,11 @@ impl<S: ByteSource> SafetensorsModel<S> {
         st.read_tensor_f32(src, t)
     }
 
+    pub fn read_bytes(&self, name: &str) -> crate::Result<Vec<u8>> {
+        let (src, st, t) = self.get(name).ok_or_else(|| crate::Error::Model(format!("tensor {name:?} not found")))?;
+        st.read_tensor_bytes(src, t)
+    }
+
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
         self.shards.iter().flat_map(|(_, _, st)| st.tensors.iter().map(|t| t.name.as_str()))
     }
