@@ -1,0 +1,111 @@
+//! Every supported architecture against transformers (fp32) on tiny random-weight models
+//! (tests/fixtures/arch, made by tests/scripts/make_arch_fixtures.py): logits at every prompt
+//! position within 1e-2 relative (of the largest logit) through single-token decode steps, the
+//! last position again through one batched prefill, and the greedy continuation.
+
+mod common;
+use ferrolm::engine::{Engine, GenerateOptions, LoadOptions};
+use ferrolm::gpu::block_on;
+use serde_json::Value;
+use std::path::PathBuf;
+
+const FAMILIES: [&str; 7] = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral"];
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/arch").join(name)
+}
+
+fn reference(family: &str) -> (Vec<u32>, Vec<u32>, Vec<Vec<f32>>) {
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(dir(family).join("reference.json")).unwrap()).unwrap();
+    let ids = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
+    let prompt = ids(&r["prompt"]);
+    let bytes = std::fs::read(dir(family).join("logits.f32")).unwrap();
+    let flat: Vec<f32> = bytes.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let vocab = flat.len() / prompt.len();
+    (prompt, ids(&r["greedy"]), flat.chunks(vocab).map(|c| c.to_vec()).collect())
+}
+
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max) / scale
+}
+
+fn load(name: &str, quantize: &str) -> Engine {
+    let opts = LoadOptions { context_length: Some(64), quantize: quantize.parse().unwrap(), ..Default::default() };
+    block_on(Engine::load_path(&dir(name), &opts, &mut |_, _, _| {})).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn check(name: &str, family: &str, quantize: &str, tol: f32, check_greedy: bool) -> Vec<String> {
+    let (prompt, greedy, want) = reference(family);
+    let mut e = load(name, quantize);
+    let mut fails = Vec::new();
+    let mut worst = 0f32;
+    e.rt.pos = 0;
+    for (p, &t) in prompt.iter().enumerate() {
+        let got = block_on(e.rt.forward(&[t])).unwrap();
+        worst = worst.max(rel_err(&got, &want[p]));
+    }
+    e.rt.pos = 0;
+    let batched = rel_err(&block_on(e.rt.forward(&prompt)).unwrap(), want.last().unwrap());
+    eprintln!("{name}: decode-path max rel error {worst:.2e} over {} positions; prefill-path {batched:.2e}", prompt.len());
+    if worst > tol || batched > tol {
+        fails.push(format!("{name}: logits error {worst:.3e} (decode) / {batched:.3e} (prefill) > {tol}"));
+    }
+    if check_greedy {
+        let opts = GenerateOptions { max_tokens: greedy.len(), stop_ids: Some(vec![]), ..Default::default() };
+        let got = block_on(e.generate(&prompt, &opts, &mut |_, _| true)).unwrap().tokens;
+        if got != greedy {
+            fails.push(format!("{name}: greedy {got:?} != reference {greedy:?}"));
+        }
+    }
+    fails
+}
+
+#[test]
+fn every_family_matches_transformers() {
+    let fails: Vec<String> = FAMILIES.iter().flat_map(|f| check(f, f, "none", 1e-2, true)).collect();
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
+#[test]
+fn half_precision_folders_match_within_rounding() {
+    // The same weights rounded to F16/BF16: the F32 reference still holds at a looser tolerance.
+    let mut fails = Vec::new();
+    for (name, family) in [("llama-f16", "llama"), ("llama-bf16", "llama"), ("qwen3-f16", "qwen3"), ("qwen3-bf16", "qwen3"), ("gemma3-bf16", "gemma3")] {
+        fails.extend(check(name, family, "none", 5e-2, false));
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
+#[test]
+fn quantized_at_load_stays_close() {
+    // Q8_0 at load changes every weight by up to half a step: a looser bound; Q4_0 only has to run.
+    let mut fails = check("llama", "llama", "q8_0", 0.1, false);
+    let mut e = load("qwen2", "q4_0");
+    let (prompt, _, _) = reference("qwen2");
+    let logits = block_on(e.rt.forward(&prompt)).unwrap();
+    if logits.iter().any(|v| !v.is_finite()) {
+        fails.push("qwen2 q4_0: non-finite logits".into());
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
+#[test]
+fn broken_folders_are_refused() {
+    let tmp = std::env::temp_dir().join(format!("ferrolm-arch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let opts = LoadOptions::default();
+    let err = |d: &std::path::Path| block_on(Engine::load_path(d, &opts, &mut |_, _, _| {})).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err(&tmp).contains("config.json"), "empty folder: {}", err(&tmp));
+    let cfg = std::fs::read_to_string(dir("llama").join("config.json")).unwrap();
+    std::fs::write(tmp.join("config.json"), &cfg).unwrap();
+    assert!(!err(&tmp).is_empty(), "folder without weights must fail");
+    std::fs::write(tmp.join("model.safetensors"), b"<!DOCTYPE html><html>not found</html>").unwrap();
+    assert!(!err(&tmp).is_empty(), "an HTML page as weights must fail");
+    std::fs::write(tmp.join("config.json"), cfg.replace("\"llama\"", "\"rwkv\"")).unwrap();
+    std::fs::copy(dir("llama").join("model.safetensors"), tmp.join("model.safetensors")).unwrap();
+    assert!(err(&tmp).contains("rwkv"), "unknown model_type: {}", err(&tmp));
+    assert!("q3_z".parse::<ferrolm::model::hf::Quantize>().is_err());
+    let _ = std::fs::remove_dir_all(&tmp);
+}
