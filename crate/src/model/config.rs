@@ -57,6 +57,22 @@ pub struct ModelConfig {
     pub layer_sliding: Vec<bool>,
 }
 
+/// Which layers use the sliding window, the way llama.cpp sets them for each architecture:
+/// Gemma 2 alternates starting with a sliding layer, Gemma 3 has (pattern - 1) sliding layers
+/// per full one, Mistral-style files slide everywhere when they name a window.
+fn gguf_sliding_layers(g: &GgufFile, arch: &str, n_layers: usize) -> Result<Vec<bool>> {
+    let window = g.get_u64(&format!("{arch}.attention.sliding_window"))?.unwrap_or(0);
+    if window == 0 {
+        return Ok(vec![false; n_layers]);
+    }
+    let pattern = match arch {
+        "gemma2" => 2,
+        "gemma3" => g.get_u64(&format!("{arch}.attention.sliding_window_pattern"))?.unwrap_or(6) as usize,
+        _ => 0,
+    };
+    Ok((0..n_layers).map(|il| pattern == 0 || il % pattern < pattern - 1).collect())
+}
+
 fn need(g: &GgufFile, key: &str) -> Result<u64> {
     g.get_u64(key)?.ok_or_else(|| Error::Model(format!("{}: missing metadata key {key}", g.name)))
 }
@@ -67,28 +83,32 @@ impl ModelConfig {
             .get_str("general.architecture")?
             .ok_or_else(|| Error::Model(format!("{}: missing general.architecture", g.name)))?
             .to_string();
+        // llama.cpp stores Llama q/k rows permuted into (2i, 2i+1) rotary pairs; the other
+        // families keep the NeoX halves, which the loader reorders.
         let (rope_neox, qkv_bias) = match arch.as_str() {
             "llama" | "mistral" => (false, false),
             "qwen2" => (true, true),
+            "qwen3" | "phi3" | "gemma2" | "gemma3" => (true, false),
             other => {
                 return Err(Error::Unsupported(format!(
-                    "architecture {other:?} (this build runs llama, mistral and qwen2 GGUF files)"
+                    "architecture {other:?} (GGUF files of llama, mistral, qwen2, qwen3, phi3, gemma2 and gemma3 run)"
                 )))
             }
         };
+        let gemma = arch.starts_with("gemma");
         let k = |s: &str| format!("{arch}.{s}");
         let n_layers = need(g, &k("block_count"))? as usize;
         let hidden = need(g, &k("embedding_length"))? as usize;
         let n_heads = need(g, &k("attention.head_count"))? as usize;
         let n_kv_heads = g.get_u64(&k("attention.head_count_kv"))?.unwrap_or(n_heads as u64) as usize;
         let ffn = need(g, &k("feed_forward_length"))? as usize;
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || hidden % n_heads != 0 {
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
             return Err(Error::Model(format!(
                 "{}: {n_heads} attention heads with {n_kv_heads} KV heads and hidden size {hidden} do not fit together",
                 g.name
             )));
         }
-        let head_dim = g.get_u64(&k("attention.key_length"))?.map(|v| v as usize).unwrap_or(hidden / n_heads);
+        let head_dim = g.get_u64(&k("attention.key_length"))?.map(|v| v as usize).unwrap_or(hidden / n_heads.max(1));
         let vocab = match g.get_u64(&k("vocab_size"))? {
             Some(v) => v as usize,
             None => g.get_array("tokenizer.ggml.tokens")?.map(|a| a.len()).unwrap_or(0),
@@ -101,8 +121,11 @@ impl ModelConfig {
             Some("linear") => g.get_f64(&k("rope.scaling.factor"))?.unwrap_or(1.0),
             _ => 1.0,
         };
+        if rope_linear_scale <= 0.0 || !rope_linear_scale.is_finite() || rope_theta <= 0.0 || !rope_theta.is_finite() {
+            return Err(Error::Model(format!("{}: rope base {rope_theta} / scale {rope_linear_scale} are not usable", g.name)));
+        }
         let cfg = ModelConfig {
-            arch,
+            arch: arch.clone(),
             n_layers,
             hidden,
             n_heads,
@@ -115,26 +138,34 @@ impl ModelConfig {
             rope_theta,
             rope_dim,
             rope_neox,
-            // Filled by the loader from the `rope_freqs.weight` tensor (Llama 3) when present.
+            // Filled by the loader from `rope_freqs.weight` (Llama 3) or `rope_factors_*` (Phi-3).
             rope_freq_factors: None,
             rope_inv: None,
             rope_local_inv: None,
-            rope_attn_factor: 1.0,
+            rope_attn_factor: g.get_f64(&k("rope.scaling.attn_factor"))?.unwrap_or(1.0),
             rope_long: None,
+            // llama.cpp's converter already added Gemma's 1 to the norm weights.
             norm_offset: 0.0,
-            embed_scale: 1.0,
-            gelu: false,
+            embed_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
+            gelu: gemma,
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
-            attn_softcap: 0.0,
-            final_softcap: 0.0,
-            qk_norm: false,
-            post_norms: false,
-            sliding_window: 0,
-            layer_sliding: vec![false; n_layers],
+            attn_softcap: g.get_f64(&k("attn_logit_softcapping"))?.unwrap_or(0.0) as f32,
+            final_softcap: g.get_f64(&k("final_logit_softcapping"))?.unwrap_or(0.0) as f32,
+            qk_norm: matches!(arch.as_str(), "qwen3" | "gemma3"),
+            post_norms: gemma,
+            sliding_window: g.get_u64(&k("attention.sliding_window"))?.unwrap_or(0) as usize,
+            layer_sliding: gguf_sliding_layers(g, &arch, n_layers)?,
             rope_linear_scale,
             qkv_bias,
             tied_embeddings: g.tensor("output.weight").is_none(),
         };
+        let mut cfg = cfg;
+        if arch == "gemma3" {
+            // Gemma 3's local layers rotate with their own base and no scaling (llama.cpp: 10000
+            // unless the file says otherwise); the global ones use freq_base and the scale.
+            let local_base = g.get_f64(&k("rope.freq_base_swa"))?.unwrap_or(10000.0);
+            cfg.rope_local_inv = Some((0..cfg.rope_dim / 2).map(|i| local_base.powf(-(2.0 * i as f64) / cfg.rope_dim as f64)).collect());
+        }
         cfg.validate()?;
         Ok(cfg)
     }

@@ -276,6 +276,10 @@ pub async fn load_gguf(
     if gguf.tensor("rope_freqs.weight").is_some() {
         cfg.rope_freq_factors = Some(l.vector("rope_freqs.weight", cfg.rope_dim / 2).await?);
     }
+    // Phi-3 longrope: short factors by default; the long ones hold past the original context.
+    if gguf.tensor("rope_factors_short.weight").is_some() {
+        cfg.rope_freq_factors = Some(l.vector("rope_factors_short.weight", cfg.rope_dim / 2).await?);
+    }
     let embed = l.streamed("token_embd.weight", cfg.vocab, h).await?;
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for i in 0..cfg.n_layers {
