@@ -13,6 +13,7 @@ override HD: u32;
 override NH: u32;
 override NKV: u32;
 override CTX: u32;
+override CAP: u32;            // cache slots per KV head: position p lives in slot p % CAP
 override SCALE: f32;
 override SOFTCAP: f32 = 0.0;   // 0: off; else scores = SOFTCAP * tanh(scores / SOFTCAP)
 override WINDOW: u32 = 0u;     // 0: full causal; else only the last WINDOW positions
@@ -45,7 +46,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     let qbase = t * QSTRIDE + h * HD;
     let obase = (t * NH + h) * HD;
-    let v_base = NKV * CTX * (HD / 2u);
+    let v_base = NKV * CAP * (HD / 2u);
     if (tid < HD / 4u) {
         let i = qbase + 4u * tid;
         q_sh[tid] = vec4<f32>(q[i], q[i + 1u], q[i + 2u], q[i + 3u]) * SCALE;
@@ -53,7 +54,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     workgroupBarrier();
 
     let words = HD / 2u;           // packed f16 pairs per cache row
-    let kv_row0 = kvh * CTX;
+    let kv_row0 = kvh * CAP;
     var m = -3.0e38;
     var l = 0.0;
     var acc0 = vec2<f32>(0.0);     // dims (2 tid, 2 tid + 1)
@@ -62,7 +63,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         let j = c + tid;
         var s = -3.0e38;
         if (j < end) {
-            let kb = (kv_row0 + j) * (words / 4u);
+            let kb = (kv_row0 + j % CAP) * (words / 4u);
             var d = 0.0;
             for (var i = 0u; i < words / 4u; i++) {
                 let kw = k_cache[kb + i];
@@ -90,7 +91,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         for (var i = 0u; i < n; i++) {
             let p = exp(p_sh[i] - m);
             l += p;
-            let vb = v_base + (kv_row0 + c + i) * words;
+            let vb = v_base + (kv_row0 + (c + i) % CAP) * words;
             if (tid < words) {
                 acc0 += p * unpack2x16float(v_cache[vb + tid]);
             }

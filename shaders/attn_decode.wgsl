@@ -15,6 +15,7 @@ override HD: u32;
 override NH: u32;
 override NKV: u32;
 override CTX: u32;
+override CAP: u32;            // cache slots per KV head: position p lives in slot p % CAP
 override SCALE: f32;
 override SOFTCAP: f32 = 0.0;
 override WINDOW: u32 = 0u;
@@ -76,7 +77,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let j = c0 + tid;
     var s = -3.0e38;
     if (tid < CH && j >= start && j < end) {
-        let kb = (kvh * CTX + j) * (words / 4u);
+        let kb = (kvh * CAP + j % CAP) * (words / 4u);
         var d = 0.0;
         for (var i = 0u; i < words / 4u; i++) {
             let kw = k_cache[kb + i];
@@ -100,14 +101,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 
     // Weighted V: invocation (w, g) sums value word w over keys g, g + kg, ... with a fixed trip
     // count (positions past `end` have p = 0) so the compiler can unroll and overlap the loads.
-    let v_base = (NKV + kvh) * CTX * words;
+    let v_base = (NKV + kvh) * CAP * words;
     let lanes = min(words, WG);
     let kg = WG / lanes;
     let g = tid / lanes;
     for (var w = tid % lanes; w < words; w += WG) {
         var acc = vec2<f32>(0.0);
         for (var i = g; i < CH; i += kg) {
-            let v = unpack2x16float(v_cache[v_base + (c0 + i) * words + w]);
+            let v = unpack2x16float(v_cache[v_base + ((c0 + i) % CAP) * words + w]);
             acc += p_sh[i] * select(vec2<f32>(0.0), v, p_sh[i] != 0.0);
         }
         acc_sh[tid] = acc;

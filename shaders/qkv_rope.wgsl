@@ -15,7 +15,7 @@ override QD: u32;
 override KVD: u32;
 override HD: u32;
 override ROT: u32;
-override CTX: u32;
+override CAP: u32;            // cache slots per KV head: position p lives in slot p % CAP
 override EPS: f32 = 1e-5;
 override NW_OFFSET: f32 = 0.0;
 override NW_OFF: u32 = 0u;
@@ -29,7 +29,7 @@ override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
 @group(0) @binding(3) var<storage, read_write> q: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
-@group(0) @binding(6) var<storage, read_write> kv: array<u32>;   // [2][NKV][CTX][HD/2]
+@group(0) @binding(6) var<storage, read_write> kv: array<u32>;   // [2][NKV][CAP][HD/2]
 @group(0) @binding(7) var<storage, read> rope: array<vec2<f32>>; // [pos][ROT/2] (cos, sin)
 
 var<workgroup> rows_out: array<f32, 8>;
@@ -93,5 +93,5 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
     }
     let head = r / HD;
     let nkv = KVD / HD;
-    kv[((region * nkv + head) * CTX + pos) * (HD / 2u) + (r % HD) / 2u] = pack2x16float(vec2<f32>(a, b));
+    kv[((region * nkv + head) * CAP + pos % CAP) * (HD / 2u) + (r % HD) / 2u] = pack2x16float(vec2<f32>(a, b));
 }

@@ -16,7 +16,7 @@ override HD: u32;
 override ROT: u32;
 override NH: u32;
 override NKV: u32;
-override CTX: u32;
+override CAP: u32;   // cache slots per KV head: position p lives in slot p % CAP
 override QK_NORM: bool = false;  // per-head RMSNorm of q and k first (Qwen3, Gemma 3)
 override Q_NORM_OFF: u32 = 0u;
 override K_NORM_OFF: u32 = 0u;
@@ -82,5 +82,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) w
         return;
     }
     let kvh = head - NH;   // k heads 0..NKV, v heads NKV..2NKV: region-major, as the layout wants
-    kv[(kvh * CTX + pos) * (HD / 2u) + w] = pack2x16float(vec2<f32>(a, b));
+    kv[(kvh * CAP + pos % CAP) * (HD / 2u) + w] = pack2x16float(vec2<f32>(a, b));
 }

@@ -31,13 +31,21 @@ fn rel_err(got: &[f32], want: &[f32]) -> f32 {
 }
 
 fn load(name: &str, quantize: &str) -> Engine {
-    let opts = LoadOptions { context_length: Some(64), quantize: quantize.parse().unwrap(), ..Default::default() };
+    load_with(name, quantize, 256)
+}
+
+fn load_with(name: &str, quantize: &str, max_batch: usize) -> Engine {
+    let opts = LoadOptions { context_length: Some(64), quantize: quantize.parse().unwrap(), max_batch };
     block_on(Engine::load_path(&dir(name), &opts, &mut |_, _, _| {})).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn check(name: &str, family: &str, quantize: &str, tol: f32, check_greedy: bool) -> Vec<String> {
+    check_with(name, family, quantize, tol, check_greedy, 256)
+}
+
+fn check_with(name: &str, family: &str, quantize: &str, tol: f32, check_greedy: bool, max_batch: usize) -> Vec<String> {
     let (prompt, greedy, want) = reference(family);
-    let mut e = load(name, quantize);
+    let mut e = load_with(name, quantize, max_batch);
     let mut fails = Vec::new();
     let mut worst = 0f32;
     e.rt.pos = 0;
@@ -64,6 +72,26 @@ fn check(name: &str, family: &str, quantize: &str, tol: f32, check_greedy: bool)
 #[test]
 fn every_family_matches_transformers() {
     let fails: Vec<String> = FAMILIES.iter().flat_map(|f| check(f, f, "none", 1e-2, true)).collect();
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
+#[test]
+fn sliding_layers_keep_only_the_window() {
+    // Prefill in chunks of 4: sliding layers then hold window + 4 = 12 cache slots (a ring), not
+    // the 64-position context, and the logits must not change.
+    let mut fails = Vec::new();
+    for family in ["mistral", "gemma2", "gemma3"] {
+        let e = load_with(family, "none", 4);
+        let caps = &e.rt.bufs.kv_cap;
+        let sliding: Vec<bool> = e.rt.cfg.layer_sliding.clone();
+        for (cap, s) in caps.iter().zip(&sliding) {
+            let want = if *s { 12 } else { 64 };
+            if *cap != want {
+                fails.push(format!("{family}: cache of {cap} slots on a {} layer, expected {want}", if *s { "sliding" } else { "full" }));
+            }
+        }
+        fails.extend(check_with(family, family, "none", 1e-2, true, 4));
+    }
     assert!(fails.is_empty(), "{}", fails.join("\n"));
 }
 

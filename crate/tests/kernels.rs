@@ -285,8 +285,9 @@ fn rope_and_kv_write() {
         let qkv: Vec<f32> = rows.concat();
         let (qb, rb) = (buf_f32(&g, &qkv), buf_f32(&g, &table));
         let kvb = buf_u32(&g, &vec![0xffff_ffffu32; 2 * nkv * ctx * hd / 2]);
-        let consts = [("HD", hd as f64), ("ROT", rot as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CTX", ctx as f64)];
-        g.dispatch_once(Kernel::RopeKv, &consts, &[(0, &qb), (3, &kvb), (6, &rb)], [t as u32, pos0 as u32, 0, 0], [(nh + 2 * nkv) as u32, t as u32, 1]).unwrap();
+        let consts = [("HD", hd as f64), ("ROT", rot as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CAP", ctx as f64)];
+        let vb = buf_f32(&g, &[0.0; 4]);
+        g.dispatch_once(Kernel::RopeKv, &consts, &[(0, &qb), (3, &kvb), (4, &vb), (6, &rb)], [t as u32, pos0 as u32, 0, 0], [(nh + 2 * nkv) as u32, t as u32, 1]).unwrap();
         let got = read(&g, &qb, qkv.len());
         for (tt, row) in rows.iter().enumerate() {
             let want: Vec<f32> = (0..nh).flat_map(|h| rotate(&row[h * hd..(h + 1) * hd], pos0 + tt, &inv)).collect();
@@ -325,7 +326,7 @@ fn qkv_rope_fused_decode() {
             ("KVD", kvd as f64),
             ("HD", hd as f64),
             ("ROT", hd as f64),
-            ("CTX", ctx as f64),
+            ("CAP", ctx as f64),
             ("EPS", eps as f64),
             ("NW_OFF", 0.0),
             ("HAS_BIAS", bias as u32 as f64),
@@ -383,6 +384,7 @@ fn attention_causal_gqa() {
             ("NH", nh as f64),
             ("NKV", nkv as f64),
             ("CTX", ctx as f64),
+            ("CAP", ctx as f64),
             ("SCALE", scale),
             ("SOFTCAP", softcap as f64),
             ("WINDOW", window as f64),
@@ -435,9 +437,18 @@ fn argmax_picks_first_maximum() {
 fn split_kv_decode_attention() {
     let g = gpu();
     let mut r = R::new();
-    for (hd, nh, nkv, ctx, pos, window, softcap) in
-        [(64usize, 4usize, 2usize, 300usize, 0usize, 0u32, 0f32), (64, 9, 3, 300, 63, 0, 0.0), (64, 9, 3, 300, 64, 0, 0.0), (128, 2, 1, 300, 250, 0, 0.0), (256, 4, 2, 300, 200, 70, 5.0), (64, 2, 1, 2100, 2000, 0, 0.0), (64, 3, 3, 1100, 1041, 300, 0.0)]
-    {
+    // cap < ctx: a sliding-window layer's ring buffer (position p in slot p % cap).
+    for (hd, nh, nkv, ctx, pos, window, softcap, cap) in [
+        (64usize, 4usize, 2usize, 300usize, 0usize, 0u32, 0f32, 300usize),
+        (64, 9, 3, 300, 63, 0, 0.0, 300),
+        (64, 9, 3, 300, 64, 0, 0.0, 300),
+        (128, 2, 1, 300, 250, 0, 0.0, 300),
+        (256, 4, 2, 300, 200, 70, 5.0, 300),
+        (64, 2, 1, 2100, 2000, 0, 0.0, 2100),
+        (64, 3, 3, 1100, 1041, 300, 0.0, 1100),
+        (64, 2, 1, 1100, 1041, 300, 0.0, 333),
+        (16, 4, 2, 64, 40, 8, 0.0, 24),
+    ] {
         let q = r.vec(nh * hd);
         let cache: Vec<f32> = (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
         let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
@@ -463,12 +474,32 @@ fn split_kv_decode_attention() {
                 want[h * hd + d] = ((start..end).zip(&e).map(|(j, p)| p * vcache[(kvh * ctx + j) * hd + d] as f64).sum::<f64>() / sum) as f32;
             }
         }
-        let (qb, kvb) = (buf_f32(&g, &q), buf_u32(&g, &pack_f16(&cache)));
+        // The logical cache, laid into `cap` slots (only the positions a window keeps survive).
+        let mut ring = vec![0f32; 2 * nkv * cap * hd];
+        for half in 0..2 {
+            for kvh in 0..nkv {
+                for j in end.saturating_sub(cap)..end {
+                    let src = ((half * nkv + kvh) * ctx + j) * hd;
+                    let dst = ((half * nkv + kvh) * cap + j % cap) * hd;
+                    ring[dst..dst + hd].copy_from_slice(&cache[src..src + hd]);
+                }
+            }
+        }
+        let (qb, kvb) = (buf_f32(&g, &q), buf_u32(&g, &pack_f16(&ring)));
         let part = poisoned(&g, nh * ctx.div_ceil(64) * (hd + 2));
         let ob = poisoned(&g, nh * hd);
-        let consts = [("HD", hd as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CTX", ctx as f64), ("SCALE", scale), ("SOFTCAP", softcap as f64), ("WINDOW", window as f64)];
+        let consts = [
+            ("HD", hd as f64),
+            ("NH", nh as f64),
+            ("NKV", nkv as f64),
+            ("CTX", ctx as f64),
+            ("CAP", cap as f64),
+            ("SCALE", scale),
+            ("SOFTCAP", softcap as f64),
+            ("WINDOW", window as f64),
+        ];
         g.dispatch_once(Kernel::AttnDecode, &consts, &[(0, &qb), (1, &kvb), (2, &kvb), (3, &part)], [1, pos as u32, 0, 0], [nh as u32, end.div_ceil(64) as u32, 1]).unwrap();
         g.dispatch_once(Kernel::AttnCombine, &[("HD", hd as f64), ("CTX", ctx as f64)], &[(0, &part), (3, &ob)], [1, pos as u32, 0, 0], [nh as u32, 1, 1]).unwrap();
-        assert_close(&read(&g, &ob, nh * hd), &want, 1e-4, 1e-4, &format!("split attention hd={hd} pos={pos} window={window} softcap={softcap}"));
+        assert_close(&read(&g, &ob, nh * hd), &want, 1e-4, 1e-4, &format!("split attention hd={hd} pos={pos} window={window} softcap={softcap} cap={cap}"));
     }
 }

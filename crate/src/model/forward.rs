@@ -81,8 +81,12 @@ pub struct Buffers {
     pub rope: wgpu::Buffer,
     /// Rope table of sliding-window layers when their frequencies differ (Gemma 3).
     pub rope_local: Option<wgpu::Buffer>,
-    /// Per layer: [k | v][kv_head][position][head_dim / 2] packed f16 pairs.
+    /// Per layer: [k | v][kv_head][slot][head_dim / 2] packed f16 pairs; position p is in slot
+    /// p % kv_cap[layer].
     pub kv: Vec<wgpu::Buffer>,
+    /// Cache slots per layer: the context, or on sliding-window layers just the window plus one
+    /// prefill chunk (a chunk writes all its keys before any of its queries read).
+    pub kv_cap: Vec<usize>,
     pub bytes: u64,
 }
 
@@ -96,16 +100,19 @@ impl Buffers {
             gpu.buffer(label, n)
         };
         let (h, qd, kvd, ff) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.ffn as u64);
-        let kv_bytes = 2 * cfg.n_kv_heads as u64 * context as u64 * cfg.head_dim as u64 * 2;
-        if kv_bytes > gpu.limits.max_storage_buffer_binding_size as u64 {
-            return Err(Error::Limits(format!(
-                "a {context}-token KV cache needs {} MiB per layer in one binding; the adapter allows {} MiB (use a shorter context)",
-                kv_bytes >> 20,
-                gpu.limits.max_storage_buffer_binding_size >> 20
-            )));
-        }
+        let kv_cap: Vec<usize> = (0..cfg.n_layers)
+            .map(|i| if cfg.layer_sliding[i] && cfg.sliding_window > 0 { context.min(cfg.sliding_window + max_tokens) } else { context })
+            .collect();
         let mut kv = Vec::with_capacity(cfg.n_layers);
-        for i in 0..cfg.n_layers {
+        for (i, &cap) in kv_cap.iter().enumerate() {
+            let kv_bytes = 2 * cfg.n_kv_heads as u64 * cap as u64 * cfg.head_dim as u64 * 2;
+            if kv_bytes > gpu.limits.max_storage_buffer_binding_size as u64 {
+                return Err(Error::Limits(format!(
+                    "a {cap}-token KV cache needs {} MiB per layer in one binding; the adapter allows {} MiB (use a shorter context)",
+                    kv_bytes >> 20,
+                    gpu.limits.max_storage_buffer_binding_size >> 20
+                )));
+            }
             kv.push(buf(&format!("kv.{i}"), kv_bytes)?);
         }
         let table = rope_table(&cfg.rope_inv_freq(), cfg.rope_attn_factor, context);
@@ -133,6 +140,7 @@ impl Buffers {
             tokens: buf("tokens", TOKEN_SLOTS as u64 * 4)?,
             rope: buf("rope", table.len() as u64 * 4)?,
             rope_local: local,
+            kv_cap,
             step: gpu.uniform("step", 16),
             kv,
             bytes: 0,
@@ -299,6 +307,7 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
     );
     for (i, lw) in w.layers.iter().enumerate() {
         let kv = &bf.kv[i];
+        let cap = bf.kv_cap[i] as f64;
         let sliding = cfg.layer_sliding[i] && cfg.sliding_window > 0;
         let rope = if cfg.layer_sliding[i] { bf.rope_local.as_ref().unwrap_or(&bf.rope) } else { &bf.rope };
         let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
@@ -312,7 +321,7 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
                 ("KVD", kvd as f64),
                 ("HD", hd),
                 ("ROT", cfg.rope_dim as f64),
-                ("CTX", context as f64),
+                ("CAP", cap),
                 ("EPS", cfg.rms_eps as f64),
                 ("NW_OFF", off.attn_norm as f64),
                 ("NW_OFFSET", cfg.norm_offset as f64),
@@ -337,7 +346,7 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
                     ("ROT", cfg.rope_dim as f64),
                     ("NH", nh),
                     ("NKV", nkv),
-                    ("CTX", context as f64),
+                    ("CAP", cap),
                     ("QK_NORM", b(cfg.qk_norm)),
                     ("Q_NORM_OFF", off.q_norm.unwrap_or(0) as f64),
                     ("K_NORM_OFF", off.k_norm.unwrap_or(0) as f64),
@@ -353,6 +362,7 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
             ("NH", nh),
             ("NKV", nkv),
             ("CTX", context as f64),
+            ("CAP", cap),
             ("SCALE", cfg.attn_scale),
             ("SOFTCAP", cfg.attn_softcap as f64),
             ("WINDOW", window),
@@ -361,7 +371,7 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
         if batched {
             p.push("attention", Kernel::Attention, &attn, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], Grid::PerToken(cfg.n_heads as u32));
         } else {
-            p.push("attention", Kernel::AttnDecode, &attn[..7], &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part)], Grid::Splits(cfg.n_heads as u32));
+            p.push("attention", Kernel::AttnDecode, &attn[..8], &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part)], Grid::Splits(cfg.n_heads as u32));
             p.push("attn merge", Kernel::AttnCombine, &[("HD", hd), ("CTX", context as f64)], &[(0, &bf.part), (3, &bf.attn)], Grid::Fixed(cfg.n_heads as u32));
         }
         // Residual adds: fused into the projection, or (Gemma) through a norm of its output.
