@@ -24,8 +24,14 @@ const BK: u32 = 32u;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]
-var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BN][BK / 4]
+var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4], swizzled
+var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BN][BK / 4], swizzled
+
+// Rows are 8 vec4 (32 words) long, so without a swizzle the 16 threads reading 16 different rows
+// at the same column all hit one memory bank; XOR-ing the column with the row's group spreads them.
+fn sw(row: u32, col: u32) -> u32 {
+    return row * 8u + (col ^ ((row >> 2u) & 7u));
+}
 
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
@@ -51,8 +57,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
                 w.lo = vec4<f32>(0.0);
                 w.hi = vec4<f32>(0.0);
             }
-            w_sh[r * 8u + kk / 4u] = w.lo;
-            w_sh[r * 8u + kk / 4u + 1u] = w.hi;
+            w_sh[sw(r, kk / 4u)] = w.lo;
+            w_sh[sw(r, kk / 4u + 1u)] = w.hi;
         }
         for (var i = lid; i < 512u; i += 256u) {
             let r = i / 8u;
@@ -61,15 +67,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             if (m0 + r < M && k0 + kq * 4u < K) {
                 v = a[((m0 + r) * K + k0) / 4u + kq];
             }
-            a_sh[i] = v;
+            a_sh[sw(r, kq)] = v;
         }
         workgroupBarrier();
         for (var kq = 0u; kq < BK / 4u; kq++) {
             var av: array<vec4<f32>, 4>;
             var wv: array<vec4<f32>, 4>;
             for (var i = 0u; i < 4u; i++) {
-                av[i] = a_sh[(ty * 4u + i) * 8u + kq];
-                wv[i] = w_sh[(tx * 4u + i) * 8u + kq];
+                av[i] = a_sh[sw(ty * 4u + i, kq)];
+                wv[i] = w_sh[sw(tx * 4u + i, kq)];
             }
             for (var i = 0u; i < 4u; i++) {
                 acc[i] += vec4<f32>(dot(av[i], wv[0]), dot(av[i], wv[1]), dot(av[i], wv[2]), dot(av[i], wv[3]));
