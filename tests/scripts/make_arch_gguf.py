@@ -63,8 +63,15 @@ Conventions applied (llama.cpp file / class / function in brackets):
 * general.*: architecture, type "model", name (folder name), size_label, quantization_version 2
   [ModelBase.prepare_metadata]; general.file_type.
 
+Outputs (default run): tests/fixtures/arch/<family>/model.gguf (llama.cpp-exact, F16 matrices) for
+all 7 families, plus model-hf.gguf for llama, gemma2, mistral = the same conversion with the three
+llama.cpp losses undone (--hf-faithful): rope_freqs from rope_parameters' original context (16),
+gemma2 lm_head kept as output.weight, mistral window as llama.attention.sliding_window. Only the
+model-hf.gguf files reproduce logits.f32 for those three families.
+
 Usage: python tests/scripts/make_arch_gguf.py [--outtype f16|f32] [--hf-faithful] [--out-dir DIR]
        [--check] [families...]
+Check: python tests/scripts/check_llama_gguf.py [path/to/llama/model.gguf]
 """
 from __future__ import annotations
 
@@ -385,19 +392,30 @@ def check(family: str, path: Path):
         print(f"   T {t.name:32s} {t.tensor_type.name:4s} ne={list(map(int, t.shape))}")
 
 
+HF_FAITHFUL_DIFFERS = ["llama", "gemma2", "mistral"]  # families where --hf-faithful changes the file
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("families", nargs="*", default=FAMILIES)
     ap.add_argument("--outtype", choices=["f16", "f32"], default="f16")
     ap.add_argument("--hf-faithful", action="store_true",
-                    help="fix the three llama.cpp-converter losses for these fixtures (see README)")
+                    help="only write the HF-faithful variant (fixes the three llama.cpp-converter losses, see README)")
     ap.add_argument("--out-dir", type=Path, default=None,
                     help="write <out-dir>/<family>/model.gguf instead of into the fixture folders")
     ap.add_argument("--check", action="store_true", help="dump each written file with GGUFReader")
     a = ap.parse_args()
+    jobs = []
     for fam in a.families:
-        out = (a.out_dir / fam if a.out_dir else ARCH_DIR / fam) / "model.gguf"
-        convert(fam, out, a.outtype, a.hf_faithful)
+        base = a.out_dir / fam if a.out_dir else ARCH_DIR / fam
+        if a.hf_faithful:
+            jobs.append((fam, base / "model.gguf" if a.out_dir else base / "model-hf.gguf", True))
+        else:
+            jobs.append((fam, base / "model.gguf", False))
+            if not a.out_dir and fam in HF_FAITHFUL_DIFFERS:  # default run: also the HF-faithful variant
+                jobs.append((fam, base / "model-hf.gguf", True))
+    for fam, out, hf in jobs:
+        convert(fam, out, a.outtype, hf)
         if a.check:
             check(fam, out)
         else:
