@@ -137,3 +137,28 @@ fn broken_folders_are_refused() {
     assert!("q3_z".parse::<ferrolm::model::hf::Quantize>().is_err());
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+#[test]
+fn gguf_conversions_match_transformers() {
+    // tests/scripts/make_arch_gguf.py converts the folders as llama.cpp's converter does (F16
+    // matrices). For llama, mistral and gemma2 the exact llama.cpp output drops information these
+    // tiny configs need (rope_freqs from the default original context, the sliding window, the
+    // untied head), so their `model-hf.gguf` keeps it; Gemma 3's file is skipped because
+    // llama.cpp's layer pattern (5 local : 1 global) makes both of its two layers local.
+    let mut fails = Vec::new();
+    for (file, family) in [
+        ("llama/model-hf.gguf", "llama"),
+        ("qwen2/model.gguf", "qwen2"),
+        ("qwen3/model.gguf", "qwen3"),
+        ("phi3/model.gguf", "phi3"),
+        ("gemma2/model-hf.gguf", "gemma2"),
+        ("mistral/model-hf.gguf", "mistral"),
+    ] {
+        fails.extend(check(file, family, "none", 1e-2, true));
+    }
+    let mut e = load("gemma3/model.gguf", "none");
+    let (prompt, _, _) = reference("gemma3");
+    assert_eq!(e.rt.cfg.layer_sliding, vec![true, true], "llama.cpp's Gemma 3 layer pattern");
+    assert!(block_on(e.rt.forward(&prompt)).unwrap().iter().all(|v| v.is_finite()));
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}

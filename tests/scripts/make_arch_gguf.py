@@ -56,9 +56,9 @@ Conventions applied (llama.cpp file / class / function in brackets):
   (sliding_attention). No layer pattern key is written (llama.cpp's runtime hard-codes the gemma3
   pattern: 5 local : 1 global). "*norm.weight" +1 (incl. q_norm/k_norm); lm_head -> output.weight.
 * Tokenizer (fixtures have none): tokenizer.ggml.model "gpt2", pre "default", 256 tokens = the
-  GPT-2 bytes_to_unicode string of byte i (token id == byte value), token_type all NORMAL (1),
-  no tokenizer.ggml.merges key (gguf-py refuses an empty array; llama.cpp's own loader would
-  reject a gpt2 vocab without merges, ferrolm need not), bos/eos/padding ids from
+  GPT-2 bytes_to_unicode string of byte i (token id == byte value) except token 255 = "ĠĠ" with
+  the single merge "Ġ Ġ" (a gpt2 vocabulary needs merges and gguf-py refuses an empty list),
+  token_type all NORMAL (1), bos/eos/padding ids from
   config.json (eos list -> first id). Not llama.cpp output (it needs a real tokenizer); a stand-in.
 * general.*: architecture, type "model", name (folder name), size_label, quantization_version 2
   [ModelBase.prepare_metadata]; general.file_type.
@@ -346,9 +346,14 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool) -> Pat
     assert n_vocab == 256
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
-    w.add_token_list([b2u[i] for i in range(256)])
+    # A gpt2 vocabulary needs merges (llama.cpp and ferrolm refuse one without), and GGUFWriter
+    # refuses an empty list: so the last byte's slot holds the merge "Ġ Ġ" -> "ĠĠ" instead (the
+    # fixtures feed token ids, so no text ever needs byte 0xFF).
+    tokens = [b2u[i] for i in range(256)]
+    tokens[255] = b2u[32] + b2u[32]
+    w.add_token_list(tokens)
     w.add_token_types([int(gguf.TokenType.NORMAL)] * 256)
-    # no tokenizer.ggml.merges: GGUFWriter refuses empty arrays (add_token_merges([]) writes nothing)
+    w.add_token_merges([b2u[32] + " " + b2u[32]])
     cfg = json.loads((d / "config.json").read_text())
     first = lambda v: v[0] if isinstance(v, list) else v  # noqa: E731
     if cfg.get("bos_token_id") is not None:
