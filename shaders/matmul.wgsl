@@ -41,10 +41,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let n0 = wg.x * BN;
     let tx = lid3.x;
     let ty = lid3.y;
-    var acc: array<vec4<f32>, 4>;
-    for (var i = 0u; i < 4u; i++) {
-        acc[i] = vec4<f32>(0.0);
-    }
+    // Named registers rather than arrays: an array indexed in a loop may be put in local memory.
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < K; k0 += BK) {
         // One load8 of W per thread: row lid / 4, eight k's at (lid % 4) * 8.
         {
@@ -71,37 +72,44 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         }
         workgroupBarrier();
         for (var kq = 0u; kq < BK / 4u; kq++) {
-            var av: array<vec4<f32>, 4>;
-            var wv: array<vec4<f32>, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                av[i] = a_sh[sw(ty * 4u + i, kq)];
-                wv[i] = w_sh[sw(tx * 4u + i, kq)];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                acc[i] += vec4<f32>(dot(av[i], wv[0]), dot(av[i], wv[1]), dot(av[i], wv[2]), dot(av[i], wv[3]));
-            }
+            let w0 = w_sh[sw(tx * 4u, kq)];
+            let w1 = w_sh[sw(tx * 4u + 1u, kq)];
+            let w2 = w_sh[sw(tx * 4u + 2u, kq)];
+            let w3 = w_sh[sw(tx * 4u + 3u, kq)];
+            let a0 = a_sh[sw(ty * 4u, kq)];
+            let a1 = a_sh[sw(ty * 4u + 1u, kq)];
+            let a2 = a_sh[sw(ty * 4u + 2u, kq)];
+            let a3 = a_sh[sw(ty * 4u + 3u, kq)];
+            acc0 += vec4<f32>(dot(a0, w0), dot(a0, w1), dot(a0, w2), dot(a0, w3));
+            acc1 += vec4<f32>(dot(a1, w0), dot(a1, w1), dot(a1, w2), dot(a1, w3));
+            acc2 += vec4<f32>(dot(a2, w0), dot(a2, w1), dot(a2, w2), dot(a2, w3));
+            acc3 += vec4<f32>(dot(a3, w0), dot(a3, w1), dot(a3, w2), dot(a3, w3));
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i++) {
-        let m = m0 + ty * 4u + i;
-        if (m >= M) {
-            continue;
+    store(m0 + ty * 4u, n0 + tx * 4u, acc0);
+    store(m0 + ty * 4u + 1u, n0 + tx * 4u, acc1);
+    store(m0 + ty * 4u + 2u, n0 + tx * 4u, acc2);
+    store(m0 + ty * 4u + 3u, n0 + tx * 4u, acc3);
+}
+
+// Four outputs of row m from column n on, with bias and residual as configured.
+fn store(m: u32, n: u32, v4: vec4<f32>) {
+    if (m >= step.n_tokens) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j >= N) {
+            return;
         }
-        for (var j = 0u; j < 4u; j++) {
-            let n = n0 + tx * 4u + j;
-            if (n >= N) {
-                continue;
-            }
-            var v = acc[i][j];
-            if (HAS_BIAS) {
-                v += vecs[BIAS_OFF + n];
-            }
-            let o = m * N + n;
-            if (ACCUMULATE) {
-                v += c[o];
-            }
-            c[o] = v;
+        var v = v4[j];
+        if (HAS_BIAS) {
+            v += vecs[BIAS_OFF + n + j];
         }
+        let o = m * N + n + j;
+        if (ACCUMULATE) {
+            v += c[o];
+        }
+        c[o] = v;
     }
 }
