@@ -57,7 +57,7 @@ test: model
 # (override with CHROMIUM=...).
 test-browser: model pkg
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
-	cd tests/browser && FERROLM_MODEL="$(abspath $(MODEL))" $(NODE) --test --test-concurrency=1 --test-timeout=1200000 .
+	cd tests/browser && FERROLM_MODEL="$(abspath $(MODEL))" $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
 
 fixtures: model
 	$(PYTHON) tests/scripts/make_model_fixtures.py --model "$(MODEL)" --out $(FIXTURES)

@@ -103,6 +103,8 @@ export class LocalEngine {
       await source.finish();
     } catch (e) {
       wasm?.free();
+      // A failed read reaches us wrapped as an IoError: surface the download error itself.
+      if (source.lastError && (e?.name === 'IoError' || !e?.name)) throw source.lastError;
       throw toError(e);
     }
     const eng = new LocalEngine(wasm, source);

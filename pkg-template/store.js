@@ -507,8 +507,17 @@ export class ModelSource {
     return bytes;
   }
 
-  /** The engine's read callback. */
+  /** The engine's read callback (remembers its last failure: the engine wraps it as an IoError). */
   async read(offset, length) {
+    try {
+      return await this.readInner(offset, length);
+    } catch (e) {
+      this.lastError = e;
+      throw e;
+    }
+  }
+
+  async readInner(offset, length) {
     if (offset < 0 || length < 0 || offset + length > this.size) {
       throw namedError('ModelFormatError', `read past the end of the model file (bytes ${offset}..${offset + length} of ${this.size}): is the file truncated?`);
     }
