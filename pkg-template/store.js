@@ -197,7 +197,8 @@ export async function listCachedModels() {
 
 /** Delete a model's cached chunks and manifest from both stores. Resolves to true if anything was removed. */
 export async function deleteCachedModel(url) {
-  const key = await urlKey(String(url));
+  const abs = new URL(String(url), typeof location !== 'undefined' ? location.href : undefined).href;
+  const key = await urlKey(abs);
   let removed = false;
   if (opfsAvailable()) {
     try {
