@@ -53,7 +53,7 @@ export function abortReason(signal) {
 }
 
 /** Index of the first stop string in `text`, or -1; and how many trailing chars might start one. */
-function findStop(text, stops) {
+export function findStop(text, stops) {
   let best = -1;
   for (const s of stops) {
     const i = text.indexOf(s);
@@ -109,6 +109,7 @@ export class LocalEngine {
     }
     const eng = new LocalEngine(wasm, source);
     eng.loadMs = performance.now() - t0;
+    eng.info.adapterInfo = await adapterInfo();
     return eng;
   }
 
@@ -161,6 +162,7 @@ export class LocalEngine {
       const o = {};
       for (const [k, v] of Object.entries(options)) if (GEN_KEYS[k] && v != null) o[k] = v;
       const stops = (typeof options.stop === 'string' ? [options.stop] : options.stop || []).filter((s) => s);
+      const maxTokens = o.maxTokens ?? 256; // the engine's default
       await this.call((w) => w.start(Uint32Array.from(ids), JSON.stringify(o)));
       let full = ''; // generated text
       let sent = 0; // chars of `full` already emitted
@@ -190,12 +192,13 @@ export class LocalEngine {
           sent = full.length;
         }
         if (t.stop) finish = 'stop';
-        if (finish && sent < full.length) {
+        if ((finish || index + 1 >= maxTokens) && sent < full.length) {
           text += full.slice(sent);
           sent = full.length;
         }
         emit({ index: index++, token: t.token, text, stop: !!t.stop });
       }
+      if (sent < full.length) emit({ index: index++, token: null, text: full.slice(sent), stop: false }); // held-back text
       if (finish) await this.call((w) => w.cancel());
       const r = JSON.parse(await this.call((w) => w.result()));
       const reason = finish || r.stats.stop_reason;
@@ -217,6 +220,20 @@ export class LocalEngine {
     await this.chain;
     this.wasm?.free();
     this.wasm = null;
+  }
+}
+
+// What the browser says about its default adapter (wgpu's WebGPU backend leaves the name empty).
+async function adapterInfo() {
+  try {
+    const a = await navigator.gpu.requestAdapter();
+    if (!a) return null;
+    const i = a.info || (await a.requestAdapterInfo?.()) || {};
+    const limits = {};
+    for (const k of ['maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize', 'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX', 'maxStorageBuffersPerShaderStage']) limits[k] = a.limits[k];
+    return { vendor: i.vendor || '', architecture: i.architecture || '', device: i.device || '', description: i.description || '', features: [...a.features].sort(), limits };
+  } catch {
+    return null;
   }
 }
 

@@ -62,7 +62,8 @@ export interface GenerateOptions {
 
 export interface GenerateChunk {
   index: number;
-  token: number;
+  /** null only for a final chunk that flushes text held back while it might have started a stop string. */
+  token: number | null;
   /** Text completed by this token (may be '' mid-character or while a stop string might start). */
   text: string;
   /** The token is a stop (EOS) token. */
@@ -148,6 +149,8 @@ export interface EngineInfo {
   dispatchesPerToken: number;
   eosIds: number[];
   hasChatTemplate: boolean;
+  /** From navigator.gpu.requestAdapter() (vendor/architecture/description, features, limits). */
+  adapterInfo: { vendor: string; architecture: string; device: string; description: string; features: string[]; limits: Record<string, number> } | null;
   load: {
     url: string | null; size: number; downloadedBytes: number; cachedBytesRead: number; networkRequests: number;
     cache: 'opfs' | 'cache-api' | 'none'; sha256Verified: boolean; cacheWarning: string | null; ms: number;

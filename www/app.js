@@ -49,7 +49,9 @@ async function load(model) {
     const i = engine.info;
     $('status').textContent = `loaded ${i.source} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${i.load.cache === 'none' ? 'no cache' : i.load.cache}; ${mb(i.load.downloadedBytes)} downloaded)`;
     const a = i.adapter;
-    $('device').textContent = `adapter: ${a.name || '(unnamed)'} ${a.driver || ''} [${a.backend}, ${a.device_type}] — maxBuffer ${mb(a.max_buffer_size)}, maxStorageBinding ${mb(a.max_storage_buffer_binding_size)}, workgroup storage ${a.max_workgroup_storage_size} B, f16 ${a.shader_f16 ? 'yes' : 'no'}, subgroups ${a.subgroups ? 'yes' : 'no'} · model ${i.config.arch} ${i.config.n_layers}L/${i.config.hidden}d · ctx ${i.contextLength} · GPU ${mb(i.gpuBytes)}`;
+    const ai = i.adapterInfo || {};
+    const name = a.name || [ai.vendor, ai.architecture, ai.description].filter(Boolean).join(' ') || '(unnamed)';
+    $('device').textContent = `adapter: ${name} ${a.driver || ''} [${a.backend}, ${a.device_type}] — maxBuffer ${mb(a.max_buffer_size)}, maxStorageBinding ${mb(a.max_storage_buffer_binding_size)}, workgroup storage ${a.max_workgroup_storage_size} B, f16 ${a.shader_f16 ? 'yes' : 'no'}, subgroups ${a.subgroups ? 'yes' : 'no'} · model ${i.config.arch} ${i.config.n_layers}L/${i.config.hidden}d · ctx ${i.contextLength} · GPU ${mb(i.gpuBytes)}`;
     $('send').disabled = false;
   } catch (e) {
     $('status').textContent = `${e.name}: ${e.message}`;

@@ -132,6 +132,20 @@ test('wasm exports: byte-source validation and streaming sha256', async () => {
   assert.equal(v.sha, 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
 });
 
+test('stop strings: matched across chunks and trimmed, possible prefixes held back', async () => {
+  const r = await inPage(page, async () => {
+    const { findStop } = await import('/pkg/core.js');
+    return [
+      findStop('Hello wor', ['world']),
+      findStop('Hello world!', ['world', 'lo']),
+      findStop('abc', ['x']),
+      findStop('a\n', ['\n\n']),
+    ];
+  });
+  assert.ok(r.ok, r.message);
+  assert.deepEqual(r.value, [{ at: -1, hold: 3 }, { at: 3, hold: 0 }, { at: -1, hold: 0 }, { at: -1, hold: 1 }]);
+});
+
 test('non-GGUF, truncated and missing models fail with clear errors', async () => {
   const r = await inPage(page, async () => {
     const tryLoad = async (model, worker = false) => {
