@@ -57,6 +57,7 @@ before(async () => {
       '/bad': tmp,
       '/m/resume': modelDir,
       '/m/cached': modelDir,
+      '/m/sha': modelDir,
     },
   });
   server.routes.set('/bad/html.gguf', (req, res) => {
@@ -168,6 +169,32 @@ test('non-GGUF, truncated and missing models fail with clear errors', async () =
   assert.equal(v.truncated.name, 'ModelFormatError', v.truncated.message);
   assert.equal(v.missing.name, 'DownloadError');
   assert.match(v.missing.message, /404/);
+});
+
+test('sha256 mismatch fails and drops the cache entry; a File/Blob model loads in a worker', async () => {
+  const url = `/m/sha/${MODEL_NAME}`;
+  const r = await inPage(page, async (url) => {
+    let err = null;
+    try {
+      await ferrolm.createEngine({ model: url, worker: false, cache: 'opfs', sha256: '0'.repeat(64) });
+    } catch (e) { err = { name: e.name, message: e.message }; }
+    const left = (await ferrolm.listCachedModels()).filter((m) => m.url.endsWith(url));
+    const blob = await (await fetch(url)).blob();
+    const e = await ferrolm.createEngine({ model: new File([blob], 'local.gguf'), worker: true });
+    const info = e.info;
+    const ids = await e.tokenize('Hello');
+    await e.unload();
+    return { err, left, source: info.source, load: info.load, ids };
+  }, url);
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  log('sha/blob:', JSON.stringify(v));
+  assert.equal(v.err?.name, 'IntegrityError');
+  assert.match(v.err.message, /sha256 mismatch/);
+  assert.deepEqual(v.left, []);
+  assert.equal(v.source, 'local.gguf');
+  assert.equal(v.load.cache, 'none');
+  assert.deepEqual(v.ids, CASE.single_token.prompt_ids);
 });
 
 test('an interrupted download resumes from the cache; worker engine matches the native greedy tokens', async () => {
