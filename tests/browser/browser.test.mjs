@@ -58,6 +58,7 @@ before(async () => {
       '/m/resume': modelDir,
       '/m/cached': modelDir,
       '/m/sha': modelDir,
+      '/m/quota': modelDir,
     },
   });
   server.routes.set('/bad/html.gguf', (req, res) => {
@@ -195,6 +196,25 @@ test('sha256 mismatch fails and drops the cache entry; a File/Blob model loads i
   assert.equal(v.source, 'local.gguf');
   assert.equal(v.load.cache, 'none');
   assert.deepEqual(v.ids, CASE.single_token.prompt_ids);
+});
+
+test('a full storage quota falls back to loading without the cache', async () => {
+  const url = `/m/quota/${MODEL_NAME}`;
+  const p = await openPage();
+  const r = await inPage(p, async (url) => {
+    const quota = () => Promise.reject(new DOMException('The quota has been exceeded.', 'QuotaExceededError'));
+    FileSystemFileHandle.prototype.createWritable = quota;
+    const e = await ferrolm.createEngine({ model: url, worker: false, cache: 'opfs' });
+    const load = e.info.load;
+    await e.unload();
+    return { load, cached: (await ferrolm.listCachedModels()).filter((m) => m.url.endsWith(url)) };
+  }, url);
+  await p.close();
+  assert.ok(r.ok, r.message);
+  log('quota:', JSON.stringify(r.value));
+  assert.match(r.value.load.cacheWarning, /quota/);
+  assert.equal(r.value.load.cache, 'none');
+  assert.deepEqual(r.value.cached, []);
 });
 
 test('an interrupted download resumes from the cache; worker engine matches the native greedy tokens', async () => {
