@@ -6,6 +6,9 @@
 #   make test       cargo test --release against the default model on Vulkan
 #   make fixtures   regenerate tests/fixtures/smollm2/fixtures.json (needs torch,
 #                   transformers, gguf, numpy, accelerate; not part of `test`)
+#   make pkg        build the browser npm package into pkg/ (wasm-bindgen + wasm-opt)
+#   make demo       (also) serves the browser chat demo on http://localhost:$(DEMO_PORT)/
+#   make test-browser  headless-Chromium (SwiftShader WebGPU) tests of pkg/
 #   make clean      cargo clean
 
 FERROLM_CACHE ?= $(HOME)/.cache/ferrolm
@@ -16,8 +19,11 @@ CARGO   ?= cargo
 PYTHON  ?= python3
 BIN     := $(or $(CARGO_TARGET_DIR),target)/release/ferrolm
 FIXTURES := tests/fixtures/smollm2/fixtures.json
+DEMO_PORT ?= 8080
+NODE    ?= node
+NPM     ?= npm
 
-.PHONY: help model build demo test fixtures clean
+.PHONY: help model build demo test fixtures clean pkg test-browser serve
 
 help:
 	@sed -n '3,10s/^# \{0,1\}//p' Makefile
@@ -28,11 +34,30 @@ model:
 build:
 	$(CARGO) build --release
 
-demo: model build
+demo: model build pkg
 	$(BIN) generate --model "$(MODEL)" --chat "$(PROMPT)"
+	$(MAKE) serve
+
+# The browser demo: www/ at /, pkg/ at /pkg/, the model at /models/ (www/models is a gitignored
+# symlink to the model cache).
+serve:
+	mkdir -p www/models
+	ln -sf "$(MODEL)" www/models/$(notdir $(MODEL))
+	@echo "browser demo: http://localhost:$(DEMO_PORT)/  (WebGPU browser needed; Ctrl-C stops)"
+	$(NODE) tests/browser/server.mjs --port $(DEMO_PORT) --mount /=www --mount /pkg=pkg
+
+pkg:
+	scripts/build-pkg.sh
 
 test: model
 	FERROLM_MODEL="$(MODEL)" WGPU_BACKEND=vulkan $(CARGO) test --release
+	$(MAKE) test-browser
+
+# Installs its own npm deps (tests/browser/package-lock.json) and drives /usr/bin/chromium
+# (override with CHROMIUM=...).
+test-browser: model pkg
+	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
+	cd tests/browser && FERROLM_MODEL="$(abspath $(MODEL))" $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
 
 fixtures: model
 	$(PYTHON) tests/scripts/make_model_fixtures.py --model "$(MODEL)" --out $(FIXTURES)

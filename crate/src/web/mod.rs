@@ -4,6 +4,8 @@
 //!
 //! Errors reject with a JS `Error` whose `name` is `Error::kind()` (e.g. `ContextOverflowError`).
 
+mod hash;
+
 use crate::chat_template::ChatMessage;
 use crate::engine::{Engine, GenerateOptions, Generation, LoadOptions};
 use crate::error::{Error, Result};

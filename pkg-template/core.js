@@ -1,0 +1,245 @@
+// The engine host: the wasm module, a model source, and the call queue. Runs in the page
+// (`worker: false`) or inside worker.js; index.js wraps it in the public API.
+
+import init, { loadEngine, Sha256Hasher } from './ferrolm.js';
+import { ModelSource, namedError } from './store.js';
+
+let ready = null;
+
+/** Instantiate the wasm module once (`wasm` overrides where ferrolm_bg.wasm is fetched from). */
+export function initWasm(wasm) {
+  if (!ready) ready = init(wasm ? { module_or_path: wasm } : undefined);
+  return ready;
+}
+
+function toError(e) {
+  if (e instanceof Error) return e;
+  if (typeof e === 'string') return new Error(e);
+  return new Error(String(e));
+}
+
+/** A FIFO lock whose waiters can give up when a signal aborts. */
+class Lock {
+  constructor() { this.held = false; this.waiters = []; }
+  acquire(signal) {
+    if (!this.held) {
+      this.held = true;
+      return Promise.resolve();
+    }
+    return new Promise((ok, fail) => {
+      const w = { ok, fail };
+      this.waiters.push(w);
+      signal?.addEventListener('abort', () => {
+        const i = this.waiters.indexOf(w);
+        if (i >= 0) {
+          this.waiters.splice(i, 1);
+          fail(abortReason(signal));
+        }
+      }, { once: true });
+    });
+  }
+  release() {
+    const next = this.waiters.shift();
+    if (next) next.ok();
+    else this.held = false;
+  }
+}
+
+export function abortReason(signal) {
+  if (signal?.reason instanceof Error) return signal.reason;
+  const e = new Error('the generation was aborted');
+  e.name = 'AbortError';
+  return e;
+}
+
+/** Index of the first stop string in `text`, or -1; and how many trailing chars might start one. */
+export function findStop(text, stops) {
+  let best = -1;
+  for (const s of stops) {
+    const i = text.indexOf(s);
+    if (i >= 0 && (best < 0 || i < best)) best = i;
+  }
+  if (best >= 0) return { at: best, hold: 0 };
+  let hold = 0;
+  for (const s of stops) {
+    for (let k = Math.min(s.length - 1, text.length); k > hold; k--) {
+      if (text.endsWith(s.slice(0, k))) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  return { at: -1, hold };
+}
+
+const GEN_KEYS = { maxTokens: 1, temperature: 1, topK: 1, topP: 1, minP: 1, repetitionPenalty: 1, seed: 1, stopIds: 1, topLogits: 1 };
+
+export class LocalEngine {
+  /**
+   * @param {object} o  {model, contextLength, maxBatch, cache, sha256, retries, chunkSize, wasm}
+   * @param {(p: {phase: string, loaded: number, total: number}) => void} onProgress
+   */
+  static async load(o, onProgress = () => {}) {
+    await initWasm(o.wasm);
+    if (o.model == null) throw namedError('InvalidOptionError', 'createEngine: `model` (a URL or a File/Blob) is required');
+    const t0 = performance.now();
+    const source = await ModelSource.open(o.model, {
+      cache: o.cache ?? 'auto',
+      sha256: o.sha256,
+      onProgress,
+      retries: o.retries,
+      chunkSize: o.chunkSize,
+      Hasher: Sha256Hasher,
+      signal: o.signal,
+    });
+    const opts = JSON.stringify({ contextLength: o.contextLength, maxBatch: o.maxBatch });
+    let wasm;
+    try {
+      wasm = await loadEngine(
+        { size: source.size, name: source.name, read: (off, len) => source.read(off, len) },
+        opts,
+        (phase, done, total) => onProgress({ phase, loaded: done, total }),
+      );
+      await source.finish();
+    } catch (e) {
+      wasm?.free();
+      // A failed read reaches us wrapped as an IoError: surface the download error itself.
+      if (source.lastError && (e?.name === 'IoError' || !e?.name)) throw source.lastError;
+      throw toError(e);
+    }
+    const eng = new LocalEngine(wasm, source);
+    eng.loadMs = performance.now() - t0;
+    eng.info.adapterInfo = await adapterInfo();
+    return eng;
+  }
+
+  constructor(wasm, source) {
+    this.wasm = wasm;
+    this.source = source;
+    this.chain = Promise.resolve();
+    this.genLock = new Lock();
+    this.info = JSON.parse(wasm.info());
+    this.info.load = { ...source.stats(), ms: 0 };
+  }
+
+  // Serialize every call into the wasm engine (it rejects overlapping calls).
+  call(fn) {
+    const p = this.chain.then(() => {
+      if (!this.wasm) throw namedError('EngineUnloadedError', 'the engine was unloaded');
+      return fn(this.wasm);
+    });
+    this.chain = p.catch(() => {});
+    return p;
+  }
+
+  getInfo() {
+    return { ...this.info, load: { ...this.info.load, ms: this.loadMs } };
+  }
+
+  tokenize(text) { return this.call((w) => Array.from(w.tokenize(String(text)))); }
+  decode(ids) { return this.call((w) => w.decode(Uint32Array.from(ids))); }
+
+  async inputIds(input) {
+    if (typeof input === 'string') return this.call((w) => Array.from(w.promptIds(input)));
+    if (Array.isArray(input)) {
+      const msgs = input.map((m) => ({ role: String(m.role), content: typeof m.content === 'string' ? m.content : contentText(m.content) }));
+      return this.call((w) => Array.from(w.chatIds(JSON.stringify(msgs))));
+    }
+    if (input && Array.isArray(input.tokens)) return input.tokens.map(Number);
+    throw namedError('InvalidOptionError', 'generate: input must be a string, an array of chat messages, or {tokens: number[]}');
+  }
+
+  /**
+   * Generate from `input`; calls `emit(chunk)` for every token and resolves to the result
+   * ({text, tokens, finishReason, usage, stats}). Generations queue behind each other.
+   */
+  async run(input, options = {}, emit = () => {}, signal) {
+    if (signal?.aborted) throw abortReason(signal);
+    await this.genLock.acquire(signal);
+    try {
+      if (signal?.aborted) throw abortReason(signal);
+      const ids = await this.inputIds(input);
+      const o = {};
+      for (const [k, v] of Object.entries(options)) if (GEN_KEYS[k] && v != null) o[k] = v;
+      const stops = (typeof options.stop === 'string' ? [options.stop] : options.stop || []).filter((s) => s);
+      const maxTokens = o.maxTokens ?? 256; // the engine's default
+      await this.call((w) => w.start(Uint32Array.from(ids), JSON.stringify(o)));
+      let full = ''; // generated text
+      let sent = 0; // chars of `full` already emitted
+      let finish = null;
+      let index = 0;
+      while (!finish) {
+        if (signal?.aborted) {
+          finish = 'abort';
+          break;
+        }
+        const ev = await this.call((w) => w.next());
+        if (ev == null) break;
+        const t = JSON.parse(ev);
+        full += t.text;
+        let text;
+        if (stops.length) {
+          const { at, hold } = findStop(full, stops);
+          if (at >= 0) {
+            full = full.slice(0, at);
+            finish = 'stop';
+          }
+          const upto = at >= 0 ? at : full.length - hold;
+          text = full.slice(sent, Math.max(sent, upto));
+          sent = Math.max(sent, upto);
+        } else {
+          text = t.text;
+          sent = full.length;
+        }
+        if (t.stop) finish = 'stop';
+        if ((finish || index + 1 >= maxTokens) && sent < full.length) {
+          text += full.slice(sent);
+          sent = full.length;
+        }
+        emit({ index: index++, token: t.token, text, stop: !!t.stop });
+      }
+      if (sent < full.length) emit({ index: index++, token: null, text: full.slice(sent), stop: false }); // held-back text
+      if (finish) await this.call((w) => w.cancel());
+      const r = JSON.parse(await this.call((w) => w.result()));
+      const reason = finish || r.stats.stop_reason;
+      return {
+        text: full,
+        tokens: r.tokens,
+        promptTokens: r.prompt_ids.length,
+        finishReason: reason === 'stop' ? 'stop' : reason === 'abort' || reason === 'cancelled' ? 'abort' : 'length',
+        usage: { prompt_tokens: r.prompt_ids.length, completion_tokens: r.tokens.length, total_tokens: r.prompt_ids.length + r.tokens.length },
+        stats: r.stats,
+        topLogits: r.top_logits,
+      };
+    } finally {
+      this.genLock.release();
+    }
+  }
+
+  async unload() {
+    await this.chain;
+    this.wasm?.free();
+    this.wasm = null;
+  }
+}
+
+// What the browser says about its default adapter (wgpu's WebGPU backend leaves the name empty).
+async function adapterInfo() {
+  try {
+    const a = await navigator.gpu.requestAdapter();
+    if (!a) return null;
+    const i = a.info || (await a.requestAdapterInfo?.()) || {};
+    const limits = {};
+    for (const k of ['maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize', 'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX', 'maxStorageBuffersPerShaderStage']) limits[k] = a.limits[k];
+    return { vendor: i.vendor || '', architecture: i.architecture || '', device: i.device || '', description: i.description || '', features: [...a.features].sort(), limits };
+  } catch {
+    return null;
+  }
+}
+
+function contentText(c) {
+  if (Array.isArray(c)) return c.map((p) => (typeof p === 'string' ? p : p?.text ?? '')).join('');
+  return c == null ? '' : String(c);
+}
+
+export { Sha256Hasher };

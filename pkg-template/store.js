@@ -1,0 +1,564 @@
+// Model byte store: a GGUF read in fixed-size chunks over HTTP Range requests (or from a
+// File/Blob), with the chunks cached in OPFS or the Cache API so a reload needs no network and an
+// interrupted download resumes. A chunk is recorded in the per-model manifest only after it has
+// been written completely; the manifest also remembers size, ETag and a verified sha256.
+
+export const CHUNK_SIZE = 16 << 20;
+const OPFS_DIR = 'ferrolm-models';
+const CACHE_NAME = 'ferrolm-models-v1';
+const MANIFEST_VERSION = 1;
+
+export function namedError(name, message, cause) {
+  const e = new Error(message, cause ? { cause } : undefined);
+  e.name = name;
+  return e;
+}
+
+const isWorker = typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope;
+
+async function urlKey(url) {
+  const d = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(url));
+  return Array.from(new Uint8Array(d).slice(0, 16), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cache backends: { kind, getManifest(), putManifest(m), readChunk(i, len), writeChunk(i, bytes),
+// remove() }. Both write a chunk atomically from the manifest's point of view: the chunk is
+// written and closed first, then the manifest lists it.
+
+function opfsAvailable() {
+  return typeof navigator !== 'undefined' && !!navigator.storage?.getDirectory;
+}
+
+function cacheApiAvailable() {
+  return typeof caches !== 'undefined';
+}
+
+async function opfsRoot(create) {
+  const root = await navigator.storage.getDirectory();
+  return root.getDirectoryHandle(OPFS_DIR, { create });
+}
+
+async function readOpfsJson(dir, name) {
+  try {
+    const fh = await dir.getFileHandle(name);
+    const text = await (await fh.getFile()).text();
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+
+async function writeOpfsFile(dir, name, bytes) {
+  const fh = await dir.getFileHandle(name, { create: true });
+  if (isWorker && fh.createSyncAccessHandle) {
+    const h = await fh.createSyncAccessHandle();
+    try {
+      h.truncate(0);
+      let at = 0;
+      while (at < bytes.length) at += h.write(bytes.subarray(at), { at });
+      h.flush();
+    } finally {
+      h.close();
+    }
+    return;
+  }
+  const w = await fh.createWritable({ keepExistingData: false });
+  try {
+    await w.write(bytes);
+    await w.close(); // commits atomically
+  } catch (e) {
+    try { await w.abort(); } catch {}
+    throw e;
+  }
+}
+
+class OpfsBackend {
+  constructor(dir) { this.kind = 'opfs'; this.dir = dir; }
+  static async open(key, create = true) {
+    const root = await opfsRoot(create);
+    return new OpfsBackend(await root.getDirectoryHandle(key, { create }));
+  }
+  getManifest() { return readOpfsJson(this.dir, 'manifest.json'); }
+  putManifest(m) { return writeOpfsFile(this.dir, 'manifest.json', new TextEncoder().encode(JSON.stringify(m))); }
+  async readChunk(i, len) {
+    const fh = await this.dir.getFileHandle(`chunk-${i}.bin`);
+    if (isWorker && fh.createSyncAccessHandle) {
+      let h;
+      try {
+        h = await fh.createSyncAccessHandle();
+      } catch {
+        h = null; // locked elsewhere (another tab): fall back to the async API
+      }
+      if (h) {
+        try {
+          const out = new Uint8Array(len);
+          const n = h.read(out, { at: 0 });
+          if (n !== len) throw new Error(`cached chunk ${i} has ${n} bytes, expected ${len}`);
+          return out;
+        } finally {
+          h.close();
+        }
+      }
+    }
+    const buf = new Uint8Array(await (await fh.getFile()).arrayBuffer());
+    if (buf.length !== len) throw new Error(`cached chunk ${i} has ${buf.length} bytes, expected ${len}`);
+    return buf;
+  }
+  writeChunk(i, bytes) { return writeOpfsFile(this.dir, `chunk-${i}.bin`, bytes); }
+  async removeChunk(i) { try { await this.dir.removeEntry(`chunk-${i}.bin`); } catch {} }
+  async remove() {
+    const root = await opfsRoot(false).catch(() => null);
+    if (root) await root.removeEntry(this.dir.name, { recursive: true }).catch(() => {});
+  }
+}
+
+class CacheApiBackend {
+  constructor(cache, key) { this.kind = 'cache-api'; this.cache = cache; this.key = key; }
+  static async open(key) { return new CacheApiBackend(await caches.open(CACHE_NAME), key); }
+  u(name) { return new URL(`/__ferrolm__/${this.key}/${name}`, location.href).href; }
+  async getManifest() {
+    const r = await this.cache.match(this.u('manifest'));
+    return r ? r.json().catch(() => null) : null;
+  }
+  putManifest(m) {
+    return this.cache.put(this.u('manifest'), new Response(JSON.stringify(m), { headers: { 'Content-Type': 'application/json' } }));
+  }
+  async readChunk(i, len) {
+    const r = await this.cache.match(this.u(`chunk-${i}`));
+    if (!r) throw new Error(`chunk ${i} is missing from the Cache API store`);
+    const buf = new Uint8Array(await r.arrayBuffer());
+    if (buf.length !== len) throw new Error(`cached chunk ${i} has ${buf.length} bytes, expected ${len}`);
+    return buf;
+  }
+  writeChunk(i, bytes) {
+    return this.cache.put(this.u(`chunk-${i}`), new Response(bytes, { headers: { 'Content-Length': String(bytes.length) } }));
+  }
+  async removeChunk(i) { await this.cache.delete(this.u(`chunk-${i}`)).catch(() => {}); }
+  async remove() {
+    for (const req of await this.cache.keys()) {
+      if (new URL(req.url).pathname.startsWith(`/__ferrolm__/${this.key}/`)) await this.cache.delete(req);
+    }
+  }
+}
+
+async function openBackend(mode, key) {
+  if (mode === 'none') return null;
+  if ((mode === 'auto' || mode === 'opfs') && opfsAvailable()) {
+    try {
+      return await OpfsBackend.open(key);
+    } catch (e) {
+      if (mode === 'opfs') throw namedError('CacheError', `OPFS is not usable here: ${e.message}`, e);
+    }
+  }
+  if ((mode === 'auto' || mode === 'cache-api') && cacheApiAvailable()) {
+    try {
+      return await CacheApiBackend.open(key);
+    } catch (e) {
+      if (mode === 'cache-api') throw namedError('CacheError', `the Cache API is not usable here: ${e.message}`, e);
+    }
+  }
+  if (mode === 'opfs' || mode === 'cache-api') throw namedError('CacheError', `cache backend '${mode}' is not available in this context`);
+  if (mode !== 'auto') throw namedError('InvalidOptionError', `cache must be 'auto', 'opfs', 'cache-api' or 'none', got ${JSON.stringify(mode)}`);
+  return null;
+}
+
+/** Every cached model in both stores: [{url, size, cachedBytes, complete, backend, sha256, etag, updated}]. */
+export async function listCachedModels() {
+  const out = [];
+  const describe = (m, backend) => {
+    const n = Math.ceil(m.size / m.chunkSize);
+    let cachedBytes = 0;
+    for (const i of m.chunks) cachedBytes += Math.min(m.chunkSize, m.size - i * m.chunkSize);
+    return { url: m.url, size: m.size, cachedBytes, complete: m.chunks.length === n, backend, sha256: m.sha256 || null, etag: m.etag || null, updated: m.updated };
+  };
+  if (opfsAvailable()) {
+    try {
+      const root = await opfsRoot(false);
+      for await (const [name, h] of root.entries()) {
+        if (h.kind !== 'directory') continue;
+        const m = await readOpfsJson(h, 'manifest.json');
+        if (m?.url) out.push(describe(m, 'opfs'));
+      }
+    } catch {}
+  }
+  if (cacheApiAvailable()) {
+    try {
+      const cache = await caches.open(CACHE_NAME);
+      for (const req of await cache.keys()) {
+        if (!req.url.endsWith('/manifest')) continue;
+        const m = await (await cache.match(req))?.json().catch(() => null);
+        if (m?.url) out.push(describe(m, 'cache-api'));
+      }
+    } catch {}
+  }
+  return out;
+}
+
+/** Delete a model's cached chunks and manifest from both stores. Resolves to true if anything was removed. */
+export async function deleteCachedModel(url) {
+  const abs = new URL(String(url), typeof location !== 'undefined' ? location.href : undefined).href;
+  const key = await urlKey(abs);
+  let removed = false;
+  if (opfsAvailable()) {
+    try {
+      const root = await opfsRoot(false);
+      await root.removeEntry(key, { recursive: true });
+      removed = true;
+    } catch {}
+  }
+  if (cacheApiAvailable()) {
+    try {
+      const b = await CacheApiBackend.open(key);
+      if (await b.getManifest()) removed = true;
+      await b.remove();
+    } catch {}
+  }
+  return removed;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+function isQuotaError(e) {
+  return e && (e.name === 'QuotaExceededError' || /quota/i.test(e.message || ''));
+}
+
+/**
+ * A random-access byte source `{size, name, read(offset, length)}` over a URL or a Blob, fetching
+ * `CHUNK_SIZE` chunks (with a read-ahead of one chunk), caching them, and hashing the file in
+ * order when a sha256 is given. Call `finish()` after the engine has loaded: it hashes what the
+ * engine skipped and checks the digest.
+ */
+export class ModelSource {
+  static async open(model, opts) {
+    const s = new ModelSource(opts);
+    if (typeof Blob !== 'undefined' && model instanceof Blob) {
+      s.blob = model;
+      s.size = model.size;
+      s.name = model.name || 'model.gguf';
+      s.url = null;
+      s.mode = 'none';
+    } else {
+      const url = new URL(String(model), typeof location !== 'undefined' ? location.href : undefined).href;
+      s.url = url;
+      s.name = decodeURIComponent(new URL(url).pathname.split('/').pop() || 'model.gguf');
+      await s.openUrl();
+    }
+    s.nChunks = Math.ceil(s.size / s.chunkSize);
+    return s;
+  }
+
+  constructor({ cache = 'auto', sha256 = null, onProgress = () => {}, fetch: f, retries = 2, signal, chunkSize = CHUNK_SIZE, onWarning, Hasher } = {}) {
+    this.Hasher = Hasher;
+    this.mode = cache;
+    this.expectedSha = sha256 ? String(sha256).toLowerCase() : null;
+    this.onProgress = onProgress;
+    this.fetch = f || ((...a) => fetch(...a));
+    this.retries = retries;
+    this.signal = signal;
+    this.chunkSize = chunkSize;
+    this.warn = onWarning || ((m) => console.warn(`ferrolm: ${m}`));
+    this.mem = new Map(); // chunk index -> Promise<Uint8Array> (the last few)
+    this.hasher = null;
+    this.hashNext = 0;
+    this.downloaded = 0; // bytes fetched over the network this session
+    this.fromCache = 0;
+    this.networkRequests = 0;
+  }
+
+  async openUrl() {
+    const key = await urlKey(this.url);
+    try {
+      this.backend = await openBackend(this.mode, key);
+    } catch (e) {
+      if (e.name === 'InvalidOptionError') throw e;
+      this.warn(`${e.message}; continuing without a cache`);
+      this.backend = null;
+    }
+    let m = null;
+    if (this.backend) {
+      m = await this.backend.getManifest().catch(() => null);
+      if (m && (m.version !== MANIFEST_VERSION || m.url !== this.url || !(m.size > 0) || !Array.isArray(m.chunks))) m = null;
+    }
+    if (m) {
+      // Trust the manifest: no request at all when every chunk is cached.
+      this.size = m.size;
+      this.etag = m.etag || null;
+      this.chunkSize = m.chunkSize;
+      this.done = new Set(m.chunks);
+      this.manifest = m;
+      if (this.expectedSha && m.sha256 && m.sha256 !== this.expectedSha) {
+        // A verified file with another digest: the caller wants a different file.
+        await this.backend.remove();
+        this.backend = await openBackend(this.mode, key);
+        m = null;
+      }
+    }
+    if (!m) {
+      this.done = new Set();
+      // The first chunk's response tells the size (Content-Range) and whether ranges work.
+      const first = await this.fetchRange(0, this.chunkSize - 1, true);
+      this.first = first;
+      this.manifest = { version: MANIFEST_VERSION, url: this.url, size: this.size, etag: this.etag, chunkSize: this.chunkSize, chunks: [], sha256: null, updated: Date.now() };
+      if (this.backend) await this.saveManifest();
+    }
+    this.cachedAtOpen = 0;
+    for (const i of this.done) this.cachedAtOpen += this.chunkLen(i);
+    this.verified = !!(this.expectedSha && this.manifest.sha256 === this.expectedSha);
+    if (this.expectedSha && !this.verified) this.hasher = 'pending';
+  }
+
+  async saveManifest() {
+    if (!this.backend) return;
+    this.manifest.chunks = [...this.done].sort((a, b) => a - b);
+    this.manifest.updated = Date.now();
+    try {
+      await this.backend.putManifest(this.manifest);
+    } catch (e) {
+      this.cacheFailed(e);
+    }
+  }
+
+  cacheFailed(e) {
+    if (!this.backend) return;
+    const why = isQuotaError(e) ? 'the storage quota is exhausted' : `the cache write failed (${e.name}: ${e.message})`;
+    this.warn(`${why}; the model keeps loading without caching the rest`);
+    this.cacheWarning = why;
+    this.backend = null;
+  }
+
+  chunkLen(i) {
+    return Math.min(this.chunkSize, this.size - i * this.chunkSize);
+  }
+
+  // One HTTP request for bytes [start, end]; the first also establishes size/etag.
+  async fetchRange(start, end, first = false) {
+    let lastErr;
+    for (let attempt = 0; attempt <= this.retries; attempt++) {
+      if (attempt) await new Promise((ok) => setTimeout(ok, 250 * 2 ** attempt));
+      try {
+        return await this.fetchRangeOnce(start, end, first);
+      } catch (e) {
+        lastErr = e;
+        if (e.name !== 'NetworkError' || this.signal?.aborted) break;
+      }
+    }
+    throw lastErr;
+  }
+
+  async fetchRangeOnce(start, end, first) {
+    const headers = { Range: `bytes=${start}-${end}` };
+    if (!first && this.etag) headers['If-Range'] = this.etag;
+    let res;
+    this.networkRequests++;
+    try {
+      res = await this.fetch(this.url, { headers, signal: this.signal, cache: 'no-store' });
+    } catch (e) {
+      if (e.name === 'AbortError') throw e;
+      throw namedError('NetworkError', `could not fetch ${this.url}: ${e.message}`, e);
+    }
+    if (!res.ok) {
+      throw namedError('DownloadError', `fetching ${this.url} failed: HTTP ${res.status} ${res.statusText}`.trim());
+    }
+    const type = res.headers.get('Content-Type') || '';
+    if (/text\/html/i.test(type)) {
+      res.body?.cancel().catch(() => {});
+      throw namedError('ModelFormatError', `${this.url} returned an HTML page (Content-Type: ${type}), not a GGUF file; check the model URL (a "blob" page instead of a "resolve"/raw download link?)`);
+    }
+    let total = null;
+    let gotStart = 0;
+    if (res.status === 206) {
+      const cr = /bytes\s+(\d+)-(\d+)\/(\d+|\*)/.exec(res.headers.get('Content-Range') || '');
+      if (!cr) throw namedError('DownloadError', `${this.url}: 206 response without a usable Content-Range`);
+      gotStart = Number(cr[1]);
+      if (cr[3] !== '*') total = Number(cr[3]);
+      if (gotStart !== start) throw namedError('DownloadError', `${this.url}: asked for bytes from ${start}, got from ${gotStart}`);
+    } else {
+      // 200: the server ignored the range (or If-Range failed: the file changed).
+      const len = res.headers.get('Content-Length');
+      total = len != null ? Number(len) : null;
+      if (!first) {
+        res.body?.cancel().catch(() => {});
+        throw namedError('DownloadError', `${this.url} changed on the server or stopped honouring Range requests while it was being downloaded; delete the cached copy (deleteCachedModel) and load again`);
+      }
+      if (total == null) throw namedError('DownloadError', `${this.url}: the server supports neither Range requests nor Content-Length`);
+      this.noRanges = true;
+    }
+    if (first) {
+      if (total == null) throw namedError('DownloadError', `${this.url}: the server did not report the file size`);
+      this.size = total;
+      this.etag = res.headers.get('ETag');
+    } else if (total != null && total !== this.size) {
+      throw namedError('DownloadError', `${this.url} changed size on the server (${this.size} -> ${total} bytes); delete the cached copy and load again`);
+    }
+    const want = Math.min(end, this.size - 1) - start + 1;
+    if (this.noRanges && first) {
+      // Keep the response stream: chunks are taken from it in order.
+      this.stream = res.body.getReader();
+      this.streamPos = 0;
+      this.streamBuf = [];
+      return null;
+    }
+    const out = new Uint8Array(want);
+    let at = 0;
+    const reader = res.body.getReader();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        if (at + value.length > want) throw namedError('DownloadError', `${this.url}: the server sent more bytes than asked for`);
+        out.set(value, at);
+        at += value.length;
+        this.downloaded += value.length;
+        this.report();
+      }
+    } catch (e) {
+      if (e.name === 'DownloadError' || e.name === 'AbortError') throw e;
+      throw namedError('NetworkError', `the download of ${this.url} was interrupted at byte ${start + at}: ${e.message}`, e);
+    }
+    if (at !== want) throw namedError('NetworkError', `the download of ${this.url} was cut short: got ${at} of ${want} bytes from byte ${start}`);
+    return out;
+  }
+
+  report() {
+    if (this.url) this.onProgress({ phase: 'download', loaded: Math.min(this.size, (this.cachedAtOpen || 0) + this.downloaded), total: this.size });
+  }
+
+  // The next chunk from a server without Range support.
+  async streamChunk(i) {
+    if (i * this.chunkSize !== this.streamPos) {
+      throw namedError('DownloadError', `${this.url}: the server does not support Range requests, so the file can only be read in order; enable the cache or use a server with Range support`);
+    }
+    const want = this.chunkLen(i);
+    const out = new Uint8Array(want);
+    let at = 0;
+    while (at < want) {
+      const piece = this.streamBuf.shift() || (await this.stream.read()).value;
+      if (!piece) throw namedError('NetworkError', `the download of ${this.url} ended early at byte ${this.streamPos + at}`);
+      const take = Math.min(piece.length, want - at);
+      out.set(piece.subarray(0, take), at);
+      if (take < piece.length) this.streamBuf.unshift(piece.subarray(take));
+      at += take;
+      this.downloaded += take;
+      this.report();
+    }
+    this.streamPos += want;
+    return out;
+  }
+
+  async loadChunk(i) {
+    const len = this.chunkLen(i);
+    if (this.blob) {
+      const start = i * this.chunkSize;
+      return new Uint8Array(await this.blob.slice(start, start + len).arrayBuffer());
+    }
+    if (this.backend && this.done.has(i)) {
+      try {
+        const b = await this.backend.readChunk(i, len);
+        this.fromCache += len;
+        this.onProgress({ phase: 'cache', loaded: this.fromCache, total: this.size });
+        return b;
+      } catch (e) {
+        this.warn(`cached chunk ${i} is unreadable (${e.message}); downloading it again`);
+        this.done.delete(i);
+      }
+    }
+    if (!this.url) throw namedError('DownloadError', 'no source for the model bytes');
+    let bytes;
+    if (i === 0 && this.first) {
+      bytes = this.first;
+      this.first = null;
+    } else if (this.noRanges) {
+      bytes = await this.streamChunk(i);
+    } else {
+      bytes = await this.fetchRange(i * this.chunkSize, i * this.chunkSize + len - 1);
+    }
+    if (this.noRanges && i === 0 && !bytes) bytes = await this.streamChunk(0);
+    if (this.backend) {
+      try {
+        await this.backend.writeChunk(i, bytes);
+        this.done.add(i);
+        await this.saveManifest();
+      } catch (e) {
+        await this.backend?.removeChunk(i);
+        this.cacheFailed(e);
+      }
+    }
+    return bytes;
+  }
+
+  // Chunk i, from memory or loaded once; keeps the last few and reads one ahead.
+  chunk(i) {
+    let p = this.mem.get(i);
+    if (!p) {
+      p = this.loadChunk(i).then((b) => this.hashChunk(i, b));
+      p.catch(() => this.mem.delete(i));
+      this.mem.set(i, p);
+      while (this.mem.size > 3) this.mem.delete(this.mem.keys().next().value);
+    }
+    return p;
+  }
+
+  hashChunk(i, bytes) {
+    if (this.hasher && i === this.hashNext) {
+      if (this.hasher === 'pending') this.hasher = new this.Hasher();
+      this.hasher.update(bytes);
+      this.hashNext++;
+    }
+    return bytes;
+  }
+
+  /** The engine's read callback (remembers its last failure: the engine wraps it as an IoError). */
+  async read(offset, length) {
+    try {
+      return await this.readInner(offset, length);
+    } catch (e) {
+      this.lastError = e;
+      throw e;
+    }
+  }
+
+  async readInner(offset, length) {
+    if (offset < 0 || length < 0 || offset + length > this.size) {
+      throw namedError('ModelFormatError', `read past the end of the model file (bytes ${offset}..${offset + length} of ${this.size}): is the file truncated?`);
+    }
+    const out = new Uint8Array(length);
+    let at = 0;
+    while (at < length) {
+      const pos = offset + at;
+      const i = Math.floor(pos / this.chunkSize);
+      if (i + 1 < this.nChunks && !this.noRanges && !this.blob) this.chunk(i + 1).catch(() => {}); // read ahead
+      const c = await this.chunk(i);
+      const from = pos - i * this.chunkSize;
+      const take = Math.min(c.length - from, length - at);
+      out.set(c.subarray(from, from + take), at);
+      at += take;
+    }
+    return out;
+  }
+
+  /** After the engine loaded: hash the rest of the file (if needed) and check the digest. */
+  async finish() {
+    if (this.hasher) {
+      while (this.hashNext < this.nChunks) await this.hashChunk(this.hashNext, await this.loadChunk(this.hashNext));
+      const got = this.hasher.digestHex();
+      if (got !== this.expectedSha) {
+        if (this.backend) await this.backend.remove().catch(() => {});
+        throw namedError('IntegrityError', `sha256 mismatch for ${this.url || this.name}: expected ${this.expectedSha}, got ${got}; the cached copy was deleted`);
+      }
+      this.manifest.sha256 = got;
+      this.verified = true;
+    }
+    this.mem.clear();
+    this.stream?.cancel().catch(() => {});
+    if (this.backend && this.url) {
+      // Also cache chunks the engine never read (padding at the end) so the entry is complete.
+      for (let i = 0; i < this.nChunks && this.backend; i++) if (!this.done.has(i)) await this.loadChunk(i).catch(() => {});
+      await this.saveManifest();
+    }
+  }
+
+  stats() {
+    return { url: this.url, size: this.size, downloadedBytes: this.downloaded, cachedBytesRead: this.fromCache, networkRequests: this.networkRequests, cache: this.backend?.kind || 'none', sha256Verified: this.verified, cacheWarning: this.cacheWarning || null };
+  }
+}

@@ -1,0 +1,52 @@
+// The module Worker behind `createEngine({worker: true})`: hosts the engine (core.js) and
+// answers index.js's messages. Protocol: requests {id, op, ...}; replies {id, type: 'result' |
+// 'error' | 'chunk' | 'progress'}; {op: 'cancel', target} aborts the generation `target`.
+
+import { LocalEngine } from './core.js';
+
+let engine = null;
+const running = new Map(); // generation id -> AbortController
+
+function errorData(e) {
+  return { name: e?.name || 'Error', message: e?.message || String(e), stack: e?.stack };
+}
+
+const ops = {
+  async load(m) {
+    if (engine) throw Object.assign(new Error('this worker already holds an engine'), { name: 'InvalidOptionError' });
+    engine = await LocalEngine.load(m.options, (progress) => postMessage({ id: m.id, type: 'progress', progress }));
+    return engine.getInfo();
+  },
+  tokenize: (m) => engine.tokenize(m.text),
+  decode: (m) => engine.decode(m.ids),
+  async generate(m) {
+    const ac = new AbortController();
+    running.set(m.id, ac);
+    try {
+      return await engine.run(m.input, m.options, (chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
+    } finally {
+      running.delete(m.id);
+    }
+  },
+  async unload() {
+    for (const ac of running.values()) ac.abort();
+    await engine?.unload();
+    engine = null;
+  },
+};
+
+self.onmessage = async (ev) => {
+  const m = ev.data;
+  if (m.op === 'cancel') {
+    running.get(m.target)?.abort();
+    return;
+  }
+  try {
+    const op = ops[m.op];
+    if (!op) throw new Error(`unknown op ${m.op}`);
+    if (m.op !== 'load' && !engine) throw Object.assign(new Error('the engine is not loaded'), { name: 'EngineUnloadedError' });
+    postMessage({ id: m.id, type: 'result', value: await op(m) });
+  } catch (e) {
+    postMessage({ id: m.id, type: 'error', error: errorData(e) });
+  }
+};

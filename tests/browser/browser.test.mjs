@@ -1,0 +1,372 @@
+// Browser tests of the built npm package (pkg/) in headless Chromium with SwiftShader WebGPU.
+//
+//   cd tests/browser && npm ci && node --test --test-concurrency=1 .      (or `make test-browser`)
+//
+// SwiftShader is slow (seconds per token on a small machine), so one browser and as few model
+// loads as possible are shared, and every generation is short. Env: FERROLM_MODEL (the GGUF),
+// CHROMIUM (browser binary), FERROLM_BROWSER_TOKENS (greedy tokens compared, default 8).
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { startServer } from './server.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const MODEL = process.env.FERROLM_MODEL || path.join(os.homedir(), '.cache/ferrolm/SmolLM2-135M-Instruct.Q4_1.gguf');
+const MODEL_NAME = path.basename(MODEL);
+const NTOK = Number(process.env.FERROLM_BROWSER_TOKENS || 8);
+const fixtures = JSON.parse(fs.readFileSync(path.join(root, 'tests/fixtures/smollm2/fixtures.json'), 'utf8'));
+const CASE = Object.fromEntries(fixtures.cases.map((c) => [c.name, c]));
+const SHA = fixtures.model.sha256;
+export const CHROME_ARGS = [
+  '--headless=new', '--no-sandbox', '--no-first-run', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync',
+  // WebGPU on a machine without a GPU: unsafe-webgpu exposes the SwiftShader adapter.
+  '--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader',
+];
+
+let server;
+let browser;
+let context;
+let page;
+let tmp;
+const t0 = Date.now();
+const log = (...a) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s]`, ...a);
+
+before(async () => {
+  assert.ok(fs.existsSync(path.join(root, 'pkg/ferrolm_bg.wasm')), 'pkg/ is not built: run `make pkg`');
+  assert.ok(fs.existsSync(MODEL), `model missing: ${MODEL} (make model)`);
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ferrolm-browser-'));
+  // Bad "models": a truncated GGUF (Range-capable file) and an HTML page sent as octet-stream.
+  const fd = fs.openSync(MODEL, 'r');
+  const head = Buffer.alloc(3 << 20);
+  fs.readSync(fd, head, 0, head.length, 0);
+  fs.closeSync(fd);
+  fs.writeFileSync(path.join(tmp, 'truncated.gguf'), head);
+  fs.writeFileSync(path.join(tmp, 'page.gguf'), '<!DOCTYPE html><html><body>' + 'x'.repeat(100000) + '</body></html>');
+  const modelDir = path.dirname(MODEL);
+  server = await startServer({
+    mounts: {
+      '/': path.join(here, 'www'),
+      '/pkg': path.join(root, 'pkg'),
+      '/bad': tmp,
+      '/m/resume': modelDir,
+      '/m/cached': modelDir,
+      '/m/sha': modelDir,
+      '/m/quota': modelDir,
+    },
+  });
+  server.routes.set('/bad/html.gguf', (req, res) => {
+    res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8' });
+    res.end('<!doctype html><title>Sign in</title><p>not a model</p>');
+  });
+  browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: CHROME_ARGS, headless: false });
+  context = await browser.newContext();
+  page = await openPage();
+  log('browser up');
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+async function openPage() {
+  const p = await context.newPage();
+  p.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') log(`[page ${m.type()}]`, m.text()); });
+  p.on('pageerror', (e) => log('[pageerror]', e.message));
+  await p.goto(`${server.url}/`);
+  await p.waitForFunction(() => window.ferrolmReady === true);
+  return p;
+}
+
+// Run `fn` in the page and return {ok, value} or {ok: false, name, message}.
+async function inPage(p, fn, arg) {
+  return p.evaluate(async ([src, arg]) => {
+    try {
+      // eslint-disable-next-line no-eval
+      return { ok: true, value: await (0, eval)(`(${src})`)(arg) };
+    } catch (e) {
+      return { ok: false, name: e?.name, message: e?.message ?? String(e) };
+    }
+  }, [fn.toString(), arg]);
+}
+
+const weightRequests = (pathPrefix) => server.log.filter((r) => r.path.startsWith(pathPrefix) && r.path.endsWith('.gguf'));
+
+test('wasm exports: byte-source validation and streaming sha256', async () => {
+  const r = await inPage(page, async () => {
+    const m = await import('/pkg/ferrolm.js');
+    await m.default();
+    const err = async (p) => { try { await p; return { ok: true }; } catch (e) { return { name: e.name, message: e.message }; } };
+    const html = new TextEncoder().encode('<!DOCTYPE html><html>' + ' '.repeat(70000));
+    const h = new m.Sha256Hasher();
+    h.update(new TextEncoder().encode('ab'));
+    h.update(new TextEncoder().encode('c'));
+    return {
+      noSize: await err(m.loadEngine({ read() {} }, '', null)),
+      noRead: await err(m.loadEngine({ size: 100 }, '', null)),
+      badOpts: await err(m.loadEngine({ size: 100, read: async () => new Uint8Array(0) }, '{"contextLength": "x"}', null)),
+      shortRead: await err(m.loadEngine({ size: 1 << 20, name: 'short.gguf', read: async () => new Uint8Array(3) }, '', null)),
+      throwingRead: await err(m.loadEngine({ size: 1 << 20, read: async () => { throw new Error('disk on fire'); } }, '', null)),
+      html: await err(m.loadEngine({ size: html.length, name: 'page.gguf', read: async (o, n) => html.slice(o, o + n) }, '', null)),
+      sha: h.digestHex(),
+      shaLen: 3,
+    };
+  });
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  assert.equal(v.noSize.name, 'InvalidOptionError');
+  assert.match(v.noSize.message, /size/);
+  assert.equal(v.noRead.name, 'InvalidOptionError');
+  assert.match(v.noRead.message, /read/);
+  assert.equal(v.badOpts.name, 'InvalidOptionError');
+  assert.match(v.shortRead.message, /returned 3 bytes/);
+  assert.match(v.throwingRead.message, /disk on fire/);
+  assert.equal(v.html.name, 'ModelFormatError');
+  assert.match(v.html.message, /HTML/i);
+  assert.equal(v.sha, 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+});
+
+test('stop strings: matched across chunks and trimmed, possible prefixes held back', async () => {
+  const r = await inPage(page, async () => {
+    const { findStop } = await import('/pkg/core.js');
+    return [
+      findStop('Hello wor', ['world']),
+      findStop('Hello world!', ['world', 'lo']),
+      findStop('abc', ['x']),
+      findStop('a\n', ['\n\n']),
+    ];
+  });
+  assert.ok(r.ok, r.message);
+  assert.deepEqual(r.value, [{ at: -1, hold: 3 }, { at: 3, hold: 0 }, { at: -1, hold: 0 }, { at: -1, hold: 1 }]);
+});
+
+test('non-GGUF, truncated and missing models fail with clear errors', async () => {
+  const r = await inPage(page, async () => {
+    const tryLoad = async (model, worker = false) => {
+      try { await ferrolm.createEngine({ model, worker, cache: 'none' }); return { ok: true }; } catch (e) { return { name: e.name, message: e.message }; }
+    };
+    return {
+      htmlType: await tryLoad('/bad/html.gguf'),
+      htmlBody: await tryLoad('/bad/page.gguf'),
+      truncated: await tryLoad('/bad/truncated.gguf', true),
+      missing: await tryLoad('/bad/nope.gguf'),
+    };
+  });
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  log('errors:', JSON.stringify(v));
+  assert.equal(v.htmlType.name, 'ModelFormatError');
+  assert.match(v.htmlType.message, /HTML/);
+  assert.equal(v.htmlBody.name, 'ModelFormatError');
+  assert.match(v.htmlBody.message, /HTML/i);
+  assert.equal(v.truncated.name, 'ModelFormatError', v.truncated.message);
+  assert.equal(v.missing.name, 'DownloadError');
+  assert.match(v.missing.message, /404/);
+});
+
+test('sha256 mismatch fails and drops the cache entry; a File/Blob model loads in a worker', async () => {
+  const url = `/m/sha/${MODEL_NAME}`;
+  const r = await inPage(page, async (url) => {
+    let err = null;
+    try {
+      await ferrolm.createEngine({ model: url, worker: false, cache: 'opfs', sha256: '0'.repeat(64) });
+    } catch (e) { err = { name: e.name, message: e.message }; }
+    const left = (await ferrolm.listCachedModels()).filter((m) => m.url.endsWith(url));
+    const blob = await (await fetch(url)).blob();
+    const e = await ferrolm.createEngine({ model: new File([blob], 'local.gguf'), worker: true });
+    const info = e.info;
+    const ids = await e.tokenize('Hello');
+    await e.unload();
+    return { err, left, source: info.source, load: info.load, ids };
+  }, url);
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  log('sha/blob:', JSON.stringify(v));
+  assert.equal(v.err?.name, 'IntegrityError');
+  assert.match(v.err.message, /sha256 mismatch/);
+  assert.deepEqual(v.left, []);
+  assert.equal(v.source, 'local.gguf');
+  assert.equal(v.load.cache, 'none');
+  assert.deepEqual(v.ids, CASE.single_token.prompt_ids);
+});
+
+test('a full storage quota falls back to loading without the cache', async () => {
+  const url = `/m/quota/${MODEL_NAME}`;
+  const p = await openPage();
+  const r = await inPage(p, async (url) => {
+    const quota = () => Promise.reject(new DOMException('The quota has been exceeded.', 'QuotaExceededError'));
+    FileSystemFileHandle.prototype.createWritable = quota;
+    const e = await ferrolm.createEngine({ model: url, worker: false, cache: 'opfs' });
+    const load = e.info.load;
+    await e.unload();
+    return { load, cached: (await ferrolm.listCachedModels()).filter((m) => m.url.endsWith(url)) };
+  }, url);
+  await p.close();
+  assert.ok(r.ok, r.message);
+  log('quota:', JSON.stringify(r.value));
+  assert.match(r.value.load.cacheWarning, /quota/);
+  assert.equal(r.value.load.cache, 'none');
+  assert.deepEqual(r.value.cached, []);
+});
+
+test('an interrupted download resumes from the cache; worker engine matches the native greedy tokens', async () => {
+  const url = `/m/resume/${MODEL_NAME}`;
+  server.faults.set(url, { dropAfterBytes: 40 << 20, times: Infinity });
+  server.resetLog();
+  const first = await inPage(page, async (url) => {
+    try {
+      await ferrolm.createEngine({ model: url, worker: false, cache: 'opfs', retries: 0 });
+      return { loaded: true };
+    } catch (e) {
+      return { name: e.name, message: e.message, cached: await ferrolm.listCachedModels() };
+    }
+  }, url);
+  assert.ok(first.ok, first.message);
+  log('interrupted load:', first.value.name, first.value.message);
+  assert.equal(first.value.name, 'NetworkError');
+  const entry = first.value.cached.find((c) => c.url.endsWith(url));
+  assert.ok(entry && entry.cachedBytes >= 16 << 20 && !entry.complete, JSON.stringify(first.value.cached));
+  const cachedBefore = entry.cachedBytes;
+  server.faults.delete(url);
+  server.resetLog();
+
+  const sq = CASE.short_question;
+  const hello = CASE.single_token;
+  const r = await inPage(page, async ({ url, sha, sq, hello, ntok }) => {
+    const t = performance.now();
+    const phases = {};
+    window.workerEngine = await ferrolm.createEngine({
+      model: url, worker: true, cache: 'opfs', sha256: sha,
+      onProgress: (p) => { (phases[p.phase] ||= { first: performance.now() - t }).last = p; },
+    });
+    const loadMs = performance.now() - t;
+    const e = window.workerEngine;
+    const a = [];
+    for await (const c of e.generate({ tokens: sq.prompt_ids }, { maxTokens: 4 })) a.push(c.token);
+    const b = [];
+    const times = [];
+    const it = e.generate({ tokens: hello.prompt_ids }, { maxTokens: ntok, temperature: 0 });
+    for await (const c of it) { b.push(c.token); times.push(performance.now()); }
+    const res = await it.result;
+    return { loadMs, phases, info: e.info, a, b, times, stats: res.stats, tokenize: await e.tokenize('What is the capital of France?') };
+  }, { url, sha: SHA, sq, hello, ntok: NTOK });
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  log(`worker load ${(v.loadMs / 1000).toFixed(1)}s; decode ${v.stats.decode_tok_s.toFixed(3)} tok/s, prefill ${v.stats.prefill_tok_s.toFixed(3)} tok/s; adapter ${JSON.stringify(v.info.adapter)}`);
+  const reqs = weightRequests('/m/resume/');
+  log('resume requests:', reqs.map((q) => q.range).join(' '));
+  assert.ok(reqs.length > 0);
+  // Every missing byte was downloaded once, and nothing that was cached.
+  const got = reqs.reduce((n, q) => n + q.bytes, 0);
+  assert.equal(got, fs.statSync(MODEL).size - cachedBefore, 'resumed download size');
+  assert.ok(v.info.load.sha256Verified, 'sha256 verified');
+  assert.deepEqual(v.tokenize, sq.prompt_ids);
+  assert.deepEqual(v.a, sq.greedy.slice(0, 4));
+  assert.deepEqual(v.b, hello.greedy.slice(0, NTOK));
+  // Streaming: the chunks arrived one by one, not all at the end.
+  assert.ok(v.times.length === NTOK && v.times[NTOK - 1] - v.times[0] > 50, `chunk times ${v.times}`);
+  const list = await inPage(page, () => ferrolm.listCachedModels());
+  const done = list.value.find((c) => c.url.endsWith(url));
+  assert.ok(done.complete && done.sha256 === SHA, JSON.stringify(done));
+});
+
+test('abort via AbortSignal stops promptly; concurrent generations queue; break cancels', async () => {
+  const r = await inPage(page, async ({ hello }) => {
+    const e = window.workerEngine;
+    const ac = new AbortController();
+    const got = [];
+    let err = null;
+    const t = performance.now();
+    const a = (async () => {
+      try {
+        for await (const c of e.generate({ tokens: hello.prompt_ids }, { maxTokens: 40, signal: ac.signal })) {
+          got.push(c.token);
+          if (got.length === 1) ac.abort();
+        }
+      } catch (x) { err = { name: x.name, at: performance.now() - t }; }
+    })();
+    // Queued behind the first one.
+    const bOut = [];
+    const b = (async () => { for await (const c of e.generate({ tokens: [1] }, { maxTokens: 2 })) bOut.push(c.token); })();
+    // Break out of for-await after one token.
+    const it = e.generate({ tokens: [1] }, { maxTokens: 30 });
+    let n = 0;
+    const c = (async () => { for await (const _ of it) { n++; break; } return it.result; })();
+    await a; await b;
+    const res = await c;
+    return { got, err, bOut, n, finish: res.finishReason, generated: res.tokens.length };
+  }, { hello: CASE.single_token });
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  log('abort:', JSON.stringify(v));
+  assert.equal(v.err?.name, 'AbortError');
+  assert.ok(v.got.length <= 2, `tokens after abort: ${v.got.length}`);
+  assert.equal(v.bOut.length, 2);
+  assert.equal(v.n, 1);
+  assert.equal(v.finish, 'abort');
+  assert.ok(v.generated <= 2);
+});
+
+test('a reload takes the weights from the cache (no weight request); worker:false + chat.completions', async () => {
+  // Fill the cache for /m/cached/ from the worker engine's copy? No: load once (downloads),
+  // then reload in a fresh page of the same origin and count requests.
+  await inPage(page, async () => { await window.workerEngine.unload(); window.workerEngine = null; });
+  const url = `/m/cached/${MODEL_NAME}`;
+  const p1 = await inPage(page, async (url) => {
+    const e = await ferrolm.createEngine({ model: url, worker: true, cache: 'cache-api' });
+    const info = e.info;
+    await e.unload();
+    return info.load;
+  }, url);
+  assert.ok(p1.ok, p1.message);
+  assert.equal(p1.value.cache, 'cache-api');
+  const p2 = await openPage();
+  server.resetLog();
+  const sq = CASE.short_question;
+  const r = await inPage(p2, async ({ url, sq }) => {
+    const t = performance.now();
+    const e = await ferrolm.createEngine({ model: url, worker: false, cache: 'cache-api' });
+    const loadMs = performance.now() - t;
+    const toks = [];
+    for await (const c of e.generate({ tokens: sq.prompt_ids }, { maxTokens: 4 })) toks.push(c.token);
+    const chat = await e.chat.completions.create({ messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }], max_tokens: 2 });
+    const stream = [];
+    for await (const ch of await e.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 1, stream: true, stream_options: { include_usage: true } })) stream.push(ch);
+    const list = await ferrolm.listCachedModels();
+    const deleted = await ferrolm.deleteCachedModel(url);
+    const after = await ferrolm.listCachedModels();
+    await e.unload();
+    return { loadMs, load: e.info.load, toks, chat, stream, list, deleted, after };
+  }, { url, sq });
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  log(`cached reload ${(v.loadMs / 1000).toFixed(1)}s`, JSON.stringify(v.load));
+  assert.deepEqual(weightRequests('/m/cached/'), [], 'no request for the weights on a cached reload');
+  assert.equal(v.load.networkRequests, 0);
+  assert.deepEqual(v.toks, sq.greedy.slice(0, 4));
+  const c = v.chat;
+  assert.equal(c.object, 'chat.completion');
+  assert.match(c.id, /^chatcmpl-/);
+  assert.equal(c.choices.length, 1);
+  assert.equal(c.choices[0].message.role, 'assistant');
+  assert.equal(typeof c.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(c.choices[0].finish_reason));
+  assert.equal(c.usage.completion_tokens, 2);
+  assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + 2);
+  assert.ok(v.stream.every((s) => s.object === 'chat.completion.chunk' && s.id === v.stream[0].id));
+  assert.equal(v.stream[0].choices[0].delta.role, 'assistant');
+  assert.ok(v.stream.some((s) => s.choices[0]?.finish_reason));
+  assert.equal(v.stream.at(-1).usage.completion_tokens, 1);
+  assert.ok(v.list.some((m) => m.url.endsWith(url) && m.complete && m.backend === 'cache-api'));
+  assert.equal(v.deleted, true);
+  assert.ok(!v.after.some((m) => m.url.endsWith(url)));
+  await p2.close();
+});
