@@ -1,5 +1,6 @@
 # ferrolm developer entry points. `make help` lists them.
 #
+#   make setup      install system packages, the wasm target and wasm-bindgen-cli (idempotent)
 #   make model      fetch the default model into the cache (idempotent)
 #   make build      cargo build --release
 #   make demo       chat with the default model: make demo PROMPT="..."
@@ -23,10 +24,13 @@ DEMO_PORT ?= 8080
 NODE    ?= node
 NPM     ?= npm
 
-.PHONY: help model build demo test fixtures clean pkg test-browser serve
+.PHONY: help setup model build demo test fixtures clean pkg test-browser serve
 
 help:
-	@sed -n '3,10s/^# \{0,1\}//p' Makefile
+	@sed -n '3,16s/^# \{0,1\}//p' Makefile
+
+setup:
+	scripts/setup.sh
 
 model:
 	scripts/fetch-model.sh
@@ -34,7 +38,7 @@ model:
 build:
 	$(CARGO) build --release
 
-demo: model build pkg
+demo: setup model build pkg
 	$(BIN) generate --model "$(MODEL)" --chat "$(PROMPT)"
 	$(MAKE) serve
 
@@ -49,8 +53,8 @@ serve:
 pkg:
 	scripts/build-pkg.sh
 
-test: model
-	FERROLM_MODEL="$(MODEL)" WGPU_BACKEND=vulkan $(CARGO) test --release
+test: setup model
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(MODEL)" WGPU_BACKEND=vulkan $(CARGO) test --release
 	$(MAKE) test-browser
 
 # Installs its own npm deps (tests/browser/package-lock.json) and drives /usr/bin/chromium

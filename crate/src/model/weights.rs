@@ -281,8 +281,19 @@ pub async fn load_gguf(
         cfg.rope_freq_factors = Some(l.vector("rope_factors_short.weight", cfg.rope_dim / 2).await?);
     }
     let embed = l.streamed("token_embd.weight", cfg.vocab, h).await?;
-    let mut layers = Vec::with_capacity(cfg.n_layers);
-    for i in 0..cfg.n_layers {
+    // Visit layers in file order (llama.cpp writes blk.0, blk.1, blk.10, ...): a download that
+    // serves these reads then moves forward through the file instead of jumping back and forth.
+    let mut first = vec![u64::MAX; cfg.n_layers];
+    for t in &gguf.tensors {
+        let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse::<usize>().ok());
+        if let Some(i) = layer.filter(|&i| i < cfg.n_layers) {
+            first[i] = first[i].min(t.offset);
+        }
+    }
+    let mut order: Vec<usize> = (0..cfg.n_layers).collect();
+    order.sort_by_key(|&i| (first[i], i));
+    let mut slots: Vec<Option<LayerWeights>> = (0..cfg.n_layers).map(|_| None).collect();
+    for i in order {
         let n = |s: &str| format!("blk.{i}.{s}");
         let opt = |l: &GgufLoader, s: &str| l.gguf.tensor(&n(s)).is_some();
         let qkv = if opt(&l, "attn_qkv.weight") {
@@ -326,9 +337,10 @@ pub async fn load_gguf(
             post_attn_norm,
             post_ffn_norm,
         };
-        layers.push(parts.upload(gpu, cfg, &format!("blk.{i}"))?);
+        slots[i] = Some(parts.upload(gpu, cfg, &format!("blk.{i}"))?);
         gpu.check()?;
     }
+    let layers: Vec<LayerWeights> = slots.into_iter().flatten().collect();
     let out_norm = l.vector("output_norm.weight", h).await?;
     let lm_head = if cfg.tied_embeddings { None } else { Some(l.streamed("output.weight", cfg.vocab, h).await?) };
     ModelWeights::new(gpu, cfg, embed, layers, &out_norm, lm_head)

@@ -138,7 +138,7 @@ pub struct WasmEngine {
 pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsValue) -> Result<WasmEngine, JsValue> {
     let src = JsSource::new(source).map_err(js_err)?;
     let o: JsLoadOptions = parse(&options_json, "load options").map_err(js_err)?;
-    let opts = LoadOptions { context_length: o.context_length, max_batch: o.max_batch.unwrap_or(LoadOptions::default().max_batch) };
+    let opts = LoadOptions { context_length: o.context_length, max_batch: o.max_batch.unwrap_or(LoadOptions::default().max_batch), ..Default::default() };
     let cb = on_progress.dyn_into::<js_sys::Function>().ok();
     let mut progress = |phase: &str, done: u64, total: u64| {
         if let Some(f) = &cb {
@@ -160,7 +160,7 @@ impl WasmEngine {
     /// Token ids of `text` (special-token text matched, nothing added).
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, JsValue> {
         let s = self.inner.try_borrow().map_err(|_| busy())?;
-        s.engine.tokenizer.encode(text).map_err(js_err)
+        s.engine.tokenizer().and_then(|t| t.encode(text)).map_err(js_err)
     }
 
     /// Token ids for a raw prompt (BOS first when the model asks for it).
@@ -181,7 +181,7 @@ impl WasmEngine {
 
     pub fn decode(&self, ids: Vec<u32>) -> Result<String, JsValue> {
         let s = self.inner.try_borrow().map_err(|_| busy())?;
-        s.engine.tokenizer.decode(&ids).map_err(js_err)
+        s.engine.tokenizer().and_then(|t| t.decode(&ids)).map_err(js_err)
     }
 
     /// Begin a generation (runs the prompt). Options JSON: maxTokens, temperature, topK, topP,
