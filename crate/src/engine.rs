@@ -111,6 +111,8 @@ impl Engine {
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let template = ChatTemplate::from_gguf(&gguf)?;
         let gpu = Gpu::new().await?;
+        // Refuse before downloading anything if the adapter cannot hold the model's buffers.
+        weights::check_gguf_fits(&gpu, &gguf)?;
         let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
         let weights = weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
         let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;

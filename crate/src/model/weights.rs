@@ -263,6 +263,50 @@ pub fn permute_vec(v: &[f32], perm: &[usize]) -> Vec<f32> {
     perm.iter().map(|&i| v[i]).collect()
 }
 
+/// Before any weight is read: every tensor has a type we can run, and every GPU buffer the
+/// model needs (the fused [q; k; v] and [gate; up] matrices included) fits the adapter's
+/// binding and buffer limits. Returns the bytes the packed weights will take on the GPU.
+pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
+    let limit = (gpu.limits.max_storage_buffer_binding_size as u64).min(gpu.limits.max_buffer_size);
+    let mut total = 0u64;
+    // Buffer name -> (layouts of its parts, elements).
+    let mut buffers: std::collections::HashMap<String, (Vec<Layout>, u64)> = std::collections::HashMap::new();
+    for t in &gguf.tensors {
+        let layout = Layout::for_type(t.ty)
+            .filter(|_| t.ty.is_supported())
+            .ok_or_else(|| Error::Unsupported(format!("tensor {} has type {}, which ferrolm cannot run yet", t.name, t.ty.name())))?;
+        total += layout.words_for(t.n_elements as usize) as u64 * 4 + if layout.block() > 1 { 8 * t.n_elements / layout.block() as u64 } else { 0 };
+        let part = |names: &[&str]| names.iter().any(|p| t.name.contains(p));
+        let group = if part(&["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight"]) {
+            Some("qkv")
+        } else if part(&["ffn_gate.weight", "ffn_up.weight"]) {
+            Some("gate_up")
+        } else {
+            None
+        };
+        let key = match (group, t.name.split('.').nth(1)) {
+            (Some(g), Some(layer)) => format!("blk.{layer}.{g}"),
+            _ => t.name.clone(),
+        };
+        let e = buffers.entry(key).or_default();
+        e.0.push(layout);
+        e.1 += t.n_elements;
+    }
+    for (name, (layouts, n)) in &buffers {
+        // The layout the loader fuses the parts into (see weights::reshape::common_layout).
+        let fused = layouts.iter().skip(1).fold(layouts[0], |a, &b| crate::weights::reshape::common_layout(a, b));
+        let bytes = fused.words_for(*n as usize) as u64 * 4;
+        if bytes > limit {
+            return Err(Error::Limits(format!(
+                "{name} needs {} MiB in one GPU buffer binding; the adapter allows {} MiB (maxStorageBufferBindingSize)",
+                bytes >> 20,
+                limit >> 20
+            )));
+        }
+    }
+    Ok(total)
+}
+
 /// Load all weights of a Llama-family GGUF (llama.cpp tensor names).
 pub async fn load_gguf(
     gpu: &Gpu,

@@ -1,0 +1,62 @@
+//! A model whose buffers exceed the adapter's limits is refused before any weight is read,
+//! with a typed error naming the tensor and the limit.
+
+mod common;
+use ferrolm::engine::{Engine, LoadOptions};
+use ferrolm::gpu::block_on;
+use ferrolm::synth::{self, SynthOptions};
+use ferrolm::weights::gguf::GgufFile;
+use ferrolm::weights::quant::GgmlType;
+use ferrolm::weights::{ByteSource, FileSource};
+use ferrolm::Error;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counts reads of tensor data (reads that start past the header; the header itself is fetched
+/// as a prefix that may run into the data), to prove no weights were fetched.
+struct Counting {
+    inner: FileSource,
+    data_offset: u64,
+    weight_bytes: AtomicU64,
+}
+
+impl ByteSource for Counting {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> ferrolm::Result<()> {
+        if offset >= self.data_offset {
+            self.weight_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+#[test]
+fn oversized_matrices_are_refused_before_download() {
+    let tok_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer/spm_tiny.gguf");
+    let tok = GgufFile::read(&FileSource::open(&tok_path).unwrap()).unwrap();
+    let dir = std::env::temp_dir().join(format!("ferrolm-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("big.gguf");
+    // Llama-3.1-8B's 128256 x 4096 embedding in Q8_0 is ~530 MB in one buffer: more than
+    // lavapipe's and the browsers' default 128 MiB binding (on big native GPUs it may fit).
+    let shape = synth::shape("llama-3.1-8b").unwrap();
+    let opts = SynthOptions { shape, ty: GgmlType::Q8_0, seed: 1, layers: Some(1), sparse: true };
+    synth::write(&opts, &tok, &out, &mut |_| {}).unwrap();
+    let inner = FileSource::open(&out).unwrap();
+    let data_offset = GgufFile::read(&inner).unwrap().data_offset;
+    let src = Counting { inner, data_offset, weight_bytes: AtomicU64::new(0) };
+    let res = block_on(Engine::load(&src, &LoadOptions::default(), &mut |_, _, _| {}));
+    let _ = std::fs::remove_dir_all(&dir);
+    match res {
+        Err(Error::Limits(msg)) => {
+            assert!(msg.contains("token_embd") || msg.contains("output"), "{msg}");
+            assert_eq!(src.weight_bytes.load(Ordering::Relaxed), 0, "weights were read before the refusal");
+        }
+        Err(e) => panic!("expected a limits error, got {e}"),
+        Ok(e) => eprintln!("skipping: this adapter's binding limit ({} MiB) holds the model", e.rt.gpu.limits.max_storage_buffer_binding_size >> 20),
+    }
+}
