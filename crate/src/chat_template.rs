@@ -78,11 +78,18 @@ impl ChatTemplate {
     /// Compile `source`; `bos_token`/`eos_token` are the texts the template sees under those names.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
         if source.len() > MAX_TEMPLATE_BYTES {
-            return Err(Error::Template(format!("the template is {} bytes; at most {MAX_TEMPLATE_BYTES} are accepted", source.len())));
+            return Err(Error::Template(format!(
+                "the template is {} bytes; at most {MAX_TEMPLATE_BYTES} are accepted",
+                source.len()
+            )));
         }
         let mut env = Environment::new();
         env.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(template_err)?,
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(template_err)?,
         );
         env.set_fuel(Some(FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -103,10 +110,9 @@ impl ChatTemplate {
         let tokens = g.get_str_array("tokenizer.ggml.tokens").map_err(bad)?.unwrap_or_default();
         let text = |key: &str| -> Result<String> {
             match g.get_u64(key).ok().flatten() {
-                Some(id) => tokens
-                    .get(id as usize)
-                    .map(|t| t.to_string())
-                    .ok_or_else(|| Error::Template(format!("{key} = {id} is outside the vocabulary ({} tokens)", tokens.len()))),
+                Some(id) => tokens.get(id as usize).map(|t| t.to_string()).ok_or_else(|| {
+                    Error::Template(format!("{key} = {id} is outside the vocabulary ({} tokens)", tokens.len()))
+                }),
                 None => Ok(String::new()),
             }
         };
@@ -196,7 +202,13 @@ fn write_json(v: &Value, o: &JsonOpts, depth: usize, out: &mut String) -> std::r
         ValueKind::Number => match (i64::try_from(v.clone()), f64::try_from(v.clone())) {
             (Ok(i), _) if !v.to_string().contains('.') => out.push_str(&i.to_string()),
             (_, Ok(f)) if f.is_finite() => out.push_str(&format!("{f:?}")),
-            (_, Ok(f)) => out.push_str(if f.is_nan() { "NaN" } else if f > 0.0 { "Infinity" } else { "-Infinity" }),
+            (_, Ok(f)) => out.push_str(if f.is_nan() {
+                "NaN"
+            } else if f > 0.0 {
+                "Infinity"
+            } else {
+                "-Infinity"
+            }),
             _ => out.push_str(&v.to_string()),
         },
         ValueKind::Map => {
@@ -273,7 +285,20 @@ fn now_unix_seconds() -> i64 {
     (js_sys::Date::now() / 1000.0) as i64
 }
 
-const MONTHS: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
 const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 /// Python's `datetime.now().strftime(fmt)` for the common directives, in UTC (a browser and a
@@ -337,7 +362,10 @@ pub(crate) fn strftime(fmt: &str, unix: i64) -> std::result::Result<String, mini
 }
 
 fn bad_directive(c: Option<char>) -> minijinja::Error {
-    minijinja::Error::new(ErrorKind::InvalidOperation, format!("strftime_now: unsupported directive %{}", c.map(String::from).unwrap_or_default()))
+    minijinja::Error::new(
+        ErrorKind::InvalidOperation,
+        format!("strftime_now: unsupported directive %{}", c.map(String::from).unwrap_or_default()),
+    )
 }
 
 #[cfg(test)]
@@ -346,7 +374,10 @@ mod tests {
     fn strftime_known_dates() {
         // 2024-02-29 13:05:09 UTC, a Thursday.
         let t = 1_709_211_909;
-        assert_eq!(super::strftime("%Y-%m-%d %H:%M:%S %A %a %B %b %j %-d %I%p %%", t).unwrap(), "2024-02-29 13:05:09 Thursday Thu February Feb 060 29 01PM %");
+        assert_eq!(
+            super::strftime("%Y-%m-%d %H:%M:%S %A %a %B %b %j %-d %I%p %%", t).unwrap(),
+            "2024-02-29 13:05:09 Thursday Thu February Feb 060 29 01PM %"
+        );
         assert_eq!(super::strftime("%d %B %Y", 0).unwrap(), "01 January 1970");
         assert!(super::strftime("%Q", 0).is_err());
     }

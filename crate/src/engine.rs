@@ -19,7 +19,11 @@ struct Timer {
 
 impl Timer {
     fn new(gpu: &Gpu) -> Timer {
-        let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("step timer"), ty: wgpu::QueryType::Timestamp, count: 2 });
+        let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("step timer"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
         let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("timestamps"),
             size: 16,
@@ -80,7 +84,13 @@ pub struct Engine {
 
 impl Runtime {
     /// Size the context, build activations and both programs for loaded weights.
-    fn new(gpu: Gpu, cfg: ModelConfig, weights: ModelWeights, opts: &LoadOptions, progress: Progress<'_>) -> Result<Runtime> {
+    fn new(
+        gpu: Gpu,
+        cfg: ModelConfig,
+        weights: ModelWeights,
+        opts: &LoadOptions,
+        progress: Progress<'_>,
+    ) -> Result<Runtime> {
         let context = match opts.context_length {
             Some(0) => return Err(Error::InvalidOption("context length must be at least 1".into())),
             Some(c) => c,
@@ -114,7 +124,8 @@ impl Engine {
         // Refuse before downloading anything if the adapter cannot hold the model's buffers.
         weights::check_gguf_fits(&gpu, &gguf)?;
         let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
-        let weights = weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
+        let weights =
+            weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
         let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
         let eos_ids = tokenizer.eos_ids();
         Ok(Engine { rt, tokenizer: Some(tokenizer), template, eos_ids, source_name: src.source_name() })
@@ -127,7 +138,11 @@ impl Engine {
         use crate::weights::FileSource;
         let files = read_dir_files(dir)?;
         let model = HfModel::open(&files, |f| FileSource::open(dir.join(f)))?;
-        let tokenizer = files.tokenizer.as_deref().map(|t| Tokenizer::from_hf_json(t, files.tokenizer_config.as_deref())).transpose()?;
+        let tokenizer = files
+            .tokenizer
+            .as_deref()
+            .map(|t| Tokenizer::from_hf_json(t, files.tokenizer_config.as_deref()))
+            .transpose()?;
         let template = match (&model.tokenizer_config, &tokenizer) {
             (Some(tc), Some(tok)) => match &tc.chat_template {
                 Some(src) => {
@@ -163,7 +178,9 @@ impl Engine {
             return Self::load_hf_dir(path, opts, progress).await;
         }
         if opts.quantize != crate::model::hf::Quantize::None {
-            return Err(Error::InvalidOption("--quantize applies to safetensors model folders; GGUF files are already quantized".into()));
+            return Err(Error::InvalidOption(
+                "--quantize applies to safetensors model folders; GGUF files are already quantized".into(),
+            ));
         }
         let src = crate::weights::FileSource::open(path)?;
         Self::load(&src, opts, progress).await
@@ -171,7 +188,9 @@ impl Engine {
 
     /// The tokenizer, or an error naming why text cannot be used with this model.
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
-        self.tokenizer.as_ref().ok_or_else(|| Error::Tokenizer(format!("{} has no tokenizer (tokenizer.json); pass token ids instead", self.source_name)))
+        self.tokenizer.as_ref().ok_or_else(|| {
+            Error::Tokenizer(format!("{} has no tokenizer (tokenizer.json); pass token ids instead", self.source_name))
+        })
     }
 
     /// What a user or benchmark wants to know about the loaded engine.
@@ -225,7 +244,11 @@ impl Engine {
         let sampler = Sampler::new(opts.sampling.clone())?;
         let gpu_greedy = opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0 && !opts.cpu_sampling;
         if prompt.len() >= self.rt.context {
-            return Err(Error::ContextOverflow { tokens: prompt.len(), max_new: opts.max_tokens, context: self.rt.context });
+            return Err(Error::ContextOverflow {
+                tokens: prompt.len(),
+                max_new: opts.max_tokens,
+                context: self.rt.context,
+            });
         }
         let stop = opts.stop_ids.clone().unwrap_or_else(|| self.eos_ids.clone());
         self.rt.pos = 0;
@@ -415,7 +438,13 @@ impl Runtime {
         self.submit_timed(ids, slot, copy_logits, None)
     }
 
-    fn submit_timed(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool, timer: Option<&Timer>) -> wgpu::SubmissionIndex {
+    fn submit_timed(
+        &mut self,
+        ids: Option<&[u32]>,
+        slot: usize,
+        copy_logits: bool,
+        timer: Option<&Timer>,
+    ) -> wgpu::SubmissionIndex {
         let n = ids.map_or(1, |i| i.len()) as u32;
         let gpu = &self.gpu;
         if let Some(ids) = ids {
@@ -450,7 +479,10 @@ impl Runtime {
             return Err(Error::InvalidOption("the prompt is empty: at least one token is needed".into()));
         }
         if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab) {
-            return Err(Error::InvalidOption(format!("token id {bad} is outside the vocabulary (size {})", self.cfg.vocab)));
+            return Err(Error::InvalidOption(format!(
+                "token id {bad} is outside the vocabulary (size {})",
+                self.cfg.vocab
+            )));
         }
         if self.pos + ids.len() > self.context {
             return Err(Error::ContextOverflow { tokens: self.pos + ids.len(), max_new: 0, context: self.context });
@@ -515,7 +547,11 @@ impl Runtime {
         }
         let program = if n == 1 { &self.decode } else { &self.prefill };
         let count = program.dispatches() as u32 + 1;
-        let qs = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("profile"), ty: wgpu::QueryType::Timestamp, count });
+        let qs = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count,
+        });
         let size = count as u64 * 8;
         let resolve = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("profile"),
@@ -563,7 +599,11 @@ impl Runtime {
     /// Weight bytes one decode step reads: every layer matrix, the LM head, one embedding row.
     pub fn weight_bytes_per_token(&self) -> u64 {
         let w = &self.weights;
-        let layers: u64 = w.layers.iter().map(|l| l.wqkv.bytes + l.wo.bytes + l.w_gate_up.bytes + l.w_down.bytes + l.vecs.size()).sum();
+        let layers: u64 = w
+            .layers
+            .iter()
+            .map(|l| l.wqkv.bytes + l.wo.bytes + l.w_gate_up.bytes + l.w_down.bytes + l.vecs.size())
+            .sum();
         layers + w.lm_head().bytes + w.embed.bytes / w.embed.rows as u64
     }
 
@@ -591,7 +631,13 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_tokens: 256, sampling: SamplingParams::default(), stop_ids: None, top_logits: 0, cpu_sampling: false }
+        GenerateOptions {
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            stop_ids: None,
+            top_logits: 0,
+            cpu_sampling: false,
+        }
     }
 }
 

@@ -3,16 +3,16 @@
 //! The same crate runs natively (wgpu on Vulkan/Metal/DX12) for the CLI, tests and benchmarks, and
 //! in the browser (wgpu's WebGPU backend) through wasm-bindgen.
 
+pub mod bench;
+pub mod chat_template;
+pub mod engine;
 pub mod error;
-pub mod weights;
 pub mod gpu;
 pub mod model;
-pub mod tokenizer;
-pub mod chat_template;
 pub mod sampler;
-pub mod engine;
-pub mod bench;
 pub mod synth;
+pub mod tokenizer;
+pub mod weights;
 
 pub use error::{Error, Result};
 #[cfg(target_arch = "wasm32")]

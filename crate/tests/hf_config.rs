@@ -17,7 +17,8 @@ fn rel(a: f64, b: f64) -> f64 {
 
 #[test]
 fn rope_inv_freq_matches_transformers() {
-    let cases: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(arch_dir().join("rope.json")).unwrap()).unwrap();
+    let cases: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(arch_dir().join("rope.json")).unwrap()).unwrap();
     assert!(cases.len() >= 12);
     let (mut worst64, mut worst32) = (0f64, 0f64);
     for c in &cases {
@@ -76,7 +77,8 @@ fn fixture_configs_capture_each_family() {
 
 #[test]
 fn fixture_weights_read_and_fit_their_configs() {
-    let mut dirs: Vec<_> = std::fs::read_dir(arch_dir()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let mut dirs: Vec<_> =
+        std::fs::read_dir(arch_dir()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     dirs.sort();
     assert!(dirs.len() >= 12, "{dirs:?}");
     for dir in dirs {
@@ -84,16 +86,30 @@ fn fixture_weights_read_and_fit_their_configs() {
         let family = name.split('-').next().unwrap();
         let cfg = HfConfig::from_json(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
         let m = open_dir(&dir).unwrap();
-        let want = if name.ends_with("-f16") { StDtype::F16 } else if name.ends_with("-bf16") { StDtype::BF16 } else { StDtype::F32 };
+        let want = if name.ends_with("-f16") {
+            StDtype::F16
+        } else if name.ends_with("-bf16") {
+            StDtype::BF16
+        } else {
+            StDtype::F32
+        };
         let shape = |t: &str| m.get(t).unwrap_or_else(|| panic!("{name}: no {t}")).2.shape.clone();
-        let (h, hd, nh, nkv) = (cfg.hidden_size as u64, cfg.head_dim as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64);
+        let (h, hd, nh, nkv) = (
+            cfg.hidden_size as u64,
+            cfg.head_dim as u64,
+            cfg.num_attention_heads as u64,
+            cfg.num_key_value_heads as u64,
+        );
         assert_eq!(shape("model.embed_tokens.weight"), vec![cfg.vocab_size as u64, h], "{name}");
         assert_eq!(m.get("lm_head.weight").is_none(), cfg.tie_word_embeddings, "{name}");
         for i in 0..cfg.num_hidden_layers {
             let a = format!("model.layers.{i}.self_attn");
             if cfg.fused_qkv_gate_up {
                 assert_eq!(shape(&format!("{a}.qkv_proj.weight")), vec![(nh + 2 * nkv) * hd, h]);
-                assert_eq!(shape(&format!("model.layers.{i}.mlp.gate_up_proj.weight")), vec![2 * cfg.intermediate_size as u64, h]);
+                assert_eq!(
+                    shape(&format!("model.layers.{i}.mlp.gate_up_proj.weight")),
+                    vec![2 * cfg.intermediate_size as u64, h]
+                );
             } else {
                 assert_eq!(shape(&format!("{a}.q_proj.weight")), vec![nh * hd, h], "{name}");
                 assert_eq!(shape(&format!("{a}.k_proj.weight")), vec![nkv * hd, h], "{name}");
@@ -109,7 +125,13 @@ fn fixture_weights_read_and_fit_their_configs() {
             let full = open_dir(arch_dir().join(family)).unwrap();
             for t in m.tensor_names() {
                 let (lo, hi) = (m.read_f32(t).unwrap(), full.read_f32(t).unwrap());
-                let round = |x: f32| if want == StDtype::F16 { half::f16::from_f32(x).to_f32() } else { half::bf16::from_f32(x).to_f32() };
+                let round = |x: f32| {
+                    if want == StDtype::F16 {
+                        half::f16::from_f32(x).to_f32()
+                    } else {
+                        half::bf16::from_f32(x).to_f32()
+                    }
+                };
                 assert!(lo.iter().zip(&hi).all(|(a, b)| *a == round(*b)), "{name} {t}");
             }
         } else {
@@ -130,7 +152,10 @@ fn legacy_and_nested_layouts() {
         "sliding_window": 1024, "sliding_window_pattern": 6}});
     let c = HfConfig::from_json(&g3.to_string()).unwrap();
     assert_eq!((c.outer_model_type.as_deref(), c.model_type.as_str()), (Some("gemma3"), "gemma3_text"));
-    assert_eq!((c.eos_token_id.clone(), c.dtype.as_deref(), c.tie_word_embeddings), (vec![1, 106], Some("bfloat16"), true));
+    assert_eq!(
+        (c.eos_token_id.clone(), c.dtype.as_deref(), c.tie_word_embeddings),
+        (vec![1, 106], Some("bfloat16"), true)
+    );
     assert_eq!(c.layer_types.iter().filter(|k| **k == LayerKind::Full).count(), 2);
     assert_eq!(c.layer_types[5], LayerKind::Full);
     assert_eq!((c.rope.theta, c.rope.factor, c.rope_for(LayerKind::Sliding).theta), (1e6, Some(8.0), 1e4));
@@ -146,9 +171,14 @@ fn legacy_and_nested_layouts() {
     };
     let m = with(json!({"model_type": "mistral", "sliding_window": null})).unwrap();
     assert_eq!((m.sliding_window, m.layer_types.clone(), m.num_key_value_heads), (None, vec![LayerKind::Full; 3], 4));
-    let q = with(json!({"model_type": "qwen2", "sliding_window": 32768, "use_sliding_window": false, "max_window_layers": 1})).unwrap();
+    let q = with(
+        json!({"model_type": "qwen2", "sliding_window": 32768, "use_sliding_window": false, "max_window_layers": 1}),
+    )
+    .unwrap();
     assert_eq!((q.sliding_window, q.qkv_bias), (None, true));
-    let q = with(json!({"model_type": "qwen2", "sliding_window": 16, "use_sliding_window": true, "max_window_layers": 1})).unwrap();
+    let q =
+        with(json!({"model_type": "qwen2", "sliding_window": 16, "use_sliding_window": true, "max_window_layers": 1}))
+            .unwrap();
     assert_eq!(q.layer_types, vec![LayerKind::Full, LayerKind::Sliding, LayerKind::Sliding]);
     // Errors name the key.
     let e = HfConfig::from_json(&json!({"hidden_size": 64}).to_string()).unwrap_err().to_string();
@@ -166,12 +196,20 @@ fn legacy_and_nested_layouts() {
 
 #[test]
 fn generation_and_tokenizer_configs() {
-    let g = GenerationConfig::from_json(r#"{"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "do_sample": true}"#).unwrap();
+    let g = GenerationConfig::from_json(
+        r#"{"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "do_sample": true}"#,
+    )
+    .unwrap();
     assert_eq!((g.bos_token_id, g.eos_token_id), (vec![128000], vec![128001, 128008, 128009]));
-    let g = GenerationConfig::from_json(&std::fs::read_to_string(arch_dir().join("qwen2/generation_config.json")).unwrap()).unwrap();
+    let g =
+        GenerationConfig::from_json(&std::fs::read_to_string(arch_dir().join("qwen2/generation_config.json")).unwrap())
+            .unwrap();
     assert_eq!(g.eos_token_id, vec![2, 3]);
     let t = TokenizerConfig::from_json(r#"{"chat_template": "{{ x }}", "bos_token": "<s>", "eos_token": {"__type": "AddedToken", "content": "</s>", "lstrip": false}, "add_bos_token": true}"#).unwrap();
-    assert_eq!((t.chat_template.as_deref(), t.bos_token.as_deref(), t.eos_token.as_deref()), (Some("{{ x }}"), Some("<s>"), Some("</s>")));
+    assert_eq!(
+        (t.chat_template.as_deref(), t.bos_token.as_deref(), t.eos_token.as_deref()),
+        (Some("{{ x }}"), Some("<s>"), Some("</s>"))
+    );
     assert_eq!(t.add_bos_token, Some(true));
     let t = TokenizerConfig::from_json(r#"{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}], "bos_token": null}"#).unwrap();
     assert_eq!((t.chat_template.as_deref(), t.chat_templates.len(), t.bos_token), (Some("D"), 2, None));

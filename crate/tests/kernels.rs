@@ -60,7 +60,8 @@ fn random_matrix(r: &mut R, l: L, rows: usize, cols: usize) -> (Vec<u32>, Vec<f3
                 _ => unreachable!(),
             };
             let words: Vec<u32> = (0..n / per_word).map(|_| r.u32()).collect();
-            let meta: Vec<f32> = (0..2 * n / block).map(|i| if i % 2 == 0 { r.f() * 0.1 } else { r.f() * 0.5 }).collect();
+            let meta: Vec<f32> =
+                (0..2 * n / block).map(|i| if i % 2 == 0 { r.f() * 0.1 } else { r.f() * 0.5 }).collect();
             let dense = (0..n)
                 .map(|e| {
                     let w = words[e / per_word];
@@ -77,7 +78,15 @@ fn random_matrix(r: &mut R, l: L, rows: usize, cols: usize) -> (Vec<u32>, Vec<f3
     }
 }
 
-fn cpu_linear(x: &[f32], w: &[f32], m: usize, n: usize, k: usize, bias: Option<&[f32]>, acc: Option<&[f32]>) -> Vec<f32> {
+fn cpu_linear(
+    x: &[f32],
+    w: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    bias: Option<&[f32]>,
+    acc: Option<&[f32]>,
+) -> Vec<f32> {
     let mut y = vec![0f32; m * n];
     for i in 0..m {
         for j in 0..n {
@@ -97,7 +106,17 @@ fn cpu_linear(x: &[f32], w: &[f32], m: usize, n: usize, k: usize, bias: Option<&
     y
 }
 
-fn check_linear(g: &Gpu, r: &mut R, kernel: Kernel, l: L, m: usize, n: usize, k: usize, with_bias: bool, accumulate: bool) {
+fn check_linear(
+    g: &Gpu,
+    r: &mut R,
+    kernel: Kernel,
+    l: L,
+    m: usize,
+    n: usize,
+    k: usize,
+    with_bias: bool,
+    accumulate: bool,
+) {
     let (words, meta, dense) = random_matrix(r, l, n, k);
     let x = r.vec(m * k);
     let bias = r.vec(n);
@@ -112,19 +131,42 @@ fn check_linear(g: &Gpu, r: &mut R, kernel: Kernel, l: L, m: usize, n: usize, k:
     let [c0, c1] = l.consts();
     let (consts, grid): (Vec<(&str, f64)>, [u32; 3]) = match kernel {
         Kernel::MatVec => (
-            vec![c0, c1, ("K", k as f64), ("N", n as f64), ("EPI", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64), ("BIAS_OFF", 3.0)],
+            vec![
+                c0,
+                c1,
+                ("K", k as f64),
+                ("N", n as f64),
+                ("EPI", accumulate as u32 as f64),
+                ("HAS_BIAS", with_bias as u32 as f64),
+                ("BIAS_OFF", 3.0),
+            ],
             [n.div_ceil(8) as u32, 1, 1],
         ),
         _ => (
-            vec![c0, c1, ("K", k as f64), ("N", n as f64), ("ACCUMULATE", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64), ("BIAS_OFF", 3.0)],
+            vec![
+                c0,
+                c1,
+                ("K", k as f64),
+                ("N", n as f64),
+                ("ACCUMULATE", accumulate as u32 as f64),
+                ("HAS_BIAS", with_bias as u32 as f64),
+                ("BIAS_OFF", 3.0),
+            ],
             [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
         ),
     };
-    g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid).unwrap();
+    g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid)
+        .unwrap();
     let got = read(g, &yb, m * n);
     let want = cpu_linear(&x, &dense, m, n, k, with_bias.then_some(&bias[..]), accumulate.then_some(&init[..]));
     let scale = (k as f32).sqrt();
-    assert_close(&got, &want, 1e-4 * scale, 1e-4, &format!("{kernel:?} {l:?} m={m} n={n} k={k} bias={with_bias} acc={accumulate}"));
+    assert_close(
+        &got,
+        &want,
+        1e-4 * scale,
+        1e-4,
+        &format!("{kernel:?} {l:?} m={m} n={n} k={k} bias={with_bias} acc={accumulate}"),
+    );
 }
 
 fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
@@ -155,9 +197,25 @@ fn matvec_norm_and_glu() {
         let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
         let yb = poisoned(&g, want.len());
         let [c0, c1] = l.consts();
-        let consts = [c0, c1, ("K", k as f64), ("N", n as f64), ("EPI", if glu { 2.0 } else { 0.0 }), ("NORM", 1.0), ("NW_OFF", 5.0), ("EPS", eps as f64)];
+        let consts = [
+            c0,
+            c1,
+            ("K", k as f64),
+            ("N", n as f64),
+            ("EPI", if glu { 2.0 } else { 0.0 }),
+            ("NORM", 1.0),
+            ("NW_OFF", 5.0),
+            ("EPS", eps as f64),
+        ];
         let wgs = if glu { f.div_ceil(4) } else { n.div_ceil(8) };
-        g.dispatch_once(Kernel::MatVec, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [1, 0, 0, 0], [wgs as u32, 1, 1]).unwrap();
+        g.dispatch_once(
+            Kernel::MatVec,
+            &consts,
+            &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)],
+            [1, 0, 0, 0],
+            [wgs as u32, 1, 1],
+        )
+        .unwrap();
         assert_close(&read(&g, &yb, want.len()), &want, 1e-4, 1e-4, &format!("matvec norm {l:?} glu={glu}"));
     }
 }
@@ -191,12 +249,20 @@ fn embed_lookup() {
         let (vocab, h, t) = (50, 64, 7);
         let (words, meta, dense) = random_matrix(&mut r, l, vocab, h);
         let ids: Vec<u32> = (0..t).map(|_| r.below(vocab as u32)).collect();
-        let (wb, mb, ib) = (buf_u32(&g, &words), buf_f32(&g, if meta.is_empty() { &[0.0; 4] } else { &meta }), buf_u32(&g, &ids));
+        let (wb, mb, ib) =
+            (buf_u32(&g, &words), buf_f32(&g, if meta.is_empty() { &[0.0; 4] } else { &meta }), buf_u32(&g, &ids));
         let xb = poisoned(&g, t * h);
         let [c0, c1] = l.consts();
-        g.dispatch_once(Kernel::Embed, &[c0, c1, ("H", h as f64), ("SCALE", 2.0)], &[(0, &wb), (1, &mb), (2, &ib), (3, &xb)], [t as u32, 0, 0, 0], [1, t as u32, 1])
-            .unwrap();
-        let want: Vec<f32> = ids.iter().flat_map(|&i| dense[i as usize * h..(i as usize + 1) * h].iter().map(|v| v * 2.0)).collect();
+        g.dispatch_once(
+            Kernel::Embed,
+            &[c0, c1, ("H", h as f64), ("SCALE", 2.0)],
+            &[(0, &wb), (1, &mb), (2, &ib), (3, &xb)],
+            [t as u32, 0, 0, 0],
+            [1, t as u32, 1],
+        )
+        .unwrap();
+        let want: Vec<f32> =
+            ids.iter().flat_map(|&i| dense[i as usize * h..(i as usize + 1) * h].iter().map(|v| v * 2.0)).collect();
         assert_close(&read(&g, &xb, t * h), &want, 1e-6, 1e-6, &format!("embed {l:?}"));
     }
 }
@@ -218,8 +284,21 @@ fn rmsnorm_rows_and_last() {
     for (last, off) in [(false, 0.0f32), (true, 0.0), (false, 1.0)] {
         let rows = if last { 1 } else { t };
         let yb = poisoned(&g, rows * h);
-        let consts = [("H", h as f64), ("EPS", eps as f64), ("W_OFFSET", off as f64), ("LAST_ONLY", last as u32 as f64), ("NW_OFF", 2.0)];
-        g.dispatch_once(Kernel::RmsNorm, &consts, &[(0, &xb), (1, &wb), (2, &yb)], [t as u32, 0, 0, 0], [rows as u32, 1, 1]).unwrap();
+        let consts = [
+            ("H", h as f64),
+            ("EPS", eps as f64),
+            ("W_OFFSET", off as f64),
+            ("LAST_ONLY", last as u32 as f64),
+            ("NW_OFF", 2.0),
+        ];
+        g.dispatch_once(
+            Kernel::RmsNorm,
+            &consts,
+            &[(0, &xb), (1, &wb), (2, &yb)],
+            [t as u32, 0, 0, 0],
+            [rows as u32, 1, 1],
+        )
+        .unwrap();
         let want: Vec<f32> = if last { norm(t - 1, off) } else { (0..t).flat_map(|i| norm(i, off)).collect() };
         assert_close(&read(&g, &yb, rows * h), &want, 1e-5, 1e-5, &format!("rmsnorm last={last} offset={off}"));
     }
@@ -230,17 +309,24 @@ fn f16_round(v: f32) -> f32 {
 }
 
 fn unpack_f16(words: &[u32]) -> Vec<f32> {
-    words.iter().flat_map(|w| [half::f16::from_bits(*w as u16).to_f32(), half::f16::from_bits((*w >> 16) as u16).to_f32()]).collect()
+    words
+        .iter()
+        .flat_map(|w| [half::f16::from_bits(*w as u16).to_f32(), half::f16::from_bits((*w >> 16) as u16).to_f32()])
+        .collect()
 }
 
 fn pack_f16(v: &[f32]) -> Vec<u32> {
-    v.chunks(2).map(|p| half::f16::from_f32(p[0]).to_bits() as u32 | (half::f16::from_f32(p[1]).to_bits() as u32) << 16).collect()
+    v.chunks(2)
+        .map(|p| half::f16::from_f32(p[0]).to_bits() as u32 | (half::f16::from_f32(p[1]).to_bits() as u32) << 16)
+        .collect()
 }
 
 /// cos/sin table [pos][rot/2] and the CPU rotation of (2i, 2i+1) pairs.
 fn rope_table(ctx: usize, rot: usize) -> (Vec<f64>, Vec<f32>) {
     let inv: Vec<f64> = (0..rot / 2).map(|i| 10000f64.powf(-(2.0 * i as f64) / rot as f64)).collect();
-    let table = (0..ctx).flat_map(|p| inv.iter().flat_map(move |f| [(p as f64 * f).cos() as f32, (p as f64 * f).sin() as f32])).collect();
+    let table = (0..ctx)
+        .flat_map(|p| inv.iter().flat_map(move |f| [(p as f64 * f).cos() as f32, (p as f64 * f).sin() as f32]))
+        .collect();
     (inv, table)
 }
 
@@ -285,9 +371,17 @@ fn rope_and_kv_write() {
         let qkv: Vec<f32> = rows.concat();
         let (qb, rb) = (buf_f32(&g, &qkv), buf_f32(&g, &table));
         let kvb = buf_u32(&g, &vec![0xffff_ffffu32; 2 * nkv * ctx * hd / 2]);
-        let consts = [("HD", hd as f64), ("ROT", rot as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CAP", ctx as f64)];
+        let consts =
+            [("HD", hd as f64), ("ROT", rot as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CAP", ctx as f64)];
         let vb = buf_f32(&g, &[0.0; 4]);
-        g.dispatch_once(Kernel::RopeKv, &consts, &[(0, &qb), (3, &kvb), (4, &vb), (6, &rb)], [t as u32, pos0 as u32, 0, 0], [(nh + 2 * nkv) as u32, t as u32, 1]).unwrap();
+        g.dispatch_once(
+            Kernel::RopeKv,
+            &consts,
+            &[(0, &qb), (3, &kvb), (4, &vb), (6, &rb)],
+            [t as u32, pos0 as u32, 0, 0],
+            [(nh + 2 * nkv) as u32, t as u32, 1],
+        )
+        .unwrap();
         let got = read(&g, &qb, qkv.len());
         for (tt, row) in rows.iter().enumerate() {
             let want: Vec<f32> = (0..nh).flat_map(|h| rotate(&row[h * hd..(h + 1) * hd], pos0 + tt, &inv)).collect();
@@ -344,12 +438,15 @@ fn qkv_rope_fused_decode() {
 fn attention_causal_gqa() {
     let g = gpu();
     let mut r = R::new();
-    for (hd, nh, nkv, ctx, t, pos0, window, softcap) in
-        [(64usize, 4usize, 2usize, 200usize, 3usize, 130usize, 0u32, 0f32), (128, 2, 1, 80, 70, 0, 0, 0.0), (256, 2, 2, 40, 2, 30, 8, 5.0)]
-    {
+    for (hd, nh, nkv, ctx, t, pos0, window, softcap) in [
+        (64usize, 4usize, 2usize, 200usize, 3usize, 130usize, 0u32, 0f32),
+        (128, 2, 1, 80, 70, 0, 0, 0.0),
+        (256, 2, 2, 40, 2, 30, 8, 5.0),
+    ] {
         let stride = (nh + 2 * nkv) * hd + 8; // padding proves the kernel honours QSTRIDE
         let qkv = r.vec(t * stride);
-        let cache: Vec<f32> = (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
+        let cache: Vec<f32> =
+            (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
         let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
         let scale = 1.0 / (hd as f64).sqrt();
         let mut want = vec![0f32; t * nh * hd];
@@ -390,8 +487,21 @@ fn attention_causal_gqa() {
             ("WINDOW", window as f64),
             ("QSTRIDE", stride as f64),
         ];
-        g.dispatch_once(Kernel::Attention, &consts, &[(0, &qb), (1, &kvb), (2, &kvb), (3, &ob)], [t as u32, pos0 as u32, 0, 0], [nh as u32, t as u32, 1]).unwrap();
-        assert_close(&read(&g, &ob, want.len()), &want, 1e-4, 1e-4, &format!("attention hd={hd} t={t} pos0={pos0} window={window} softcap={softcap}"));
+        g.dispatch_once(
+            Kernel::Attention,
+            &consts,
+            &[(0, &qb), (1, &kvb), (2, &kvb), (3, &ob)],
+            [t as u32, pos0 as u32, 0, 0],
+            [nh as u32, t as u32, 1],
+        )
+        .unwrap();
+        assert_close(
+            &read(&g, &ob, want.len()),
+            &want,
+            1e-4,
+            1e-4,
+            &format!("attention hd={hd} t={t} pos0={pos0} window={window} softcap={softcap}"),
+        );
     }
 }
 
@@ -406,12 +516,23 @@ fn ffn_activations() {
             .map(|i| {
                 let (tt, j) = (i / f, i % f);
                 let (gv, u) = (gu[tt * 2 * f + j] as f64, gu[tt * 2 * f + f + j] as f64);
-                let a = if gelu { 0.5 * gv * (1.0 + (0.7978845608028654 * (gv + 0.044715 * gv.powi(3))).tanh()) } else { gv / (1.0 + (-gv).exp()) };
+                let a = if gelu {
+                    0.5 * gv * (1.0 + (0.7978845608028654 * (gv + 0.044715 * gv.powi(3))).tanh())
+                } else {
+                    gv / (1.0 + (-gv).exp())
+                };
                 (a * u) as f32
             })
             .collect();
         let (gb, hb) = (buf_f32(&g, &gu), poisoned(&g, t * f));
-        g.dispatch_once(Kernel::FfnAct, &[("F", f as f64), ("GELU", gelu as u32 as f64)], &[(0, &gb), (1, &hb)], [t as u32, 0, 0, 0], [(t * f).div_ceil(256) as u32, 1, 1]).unwrap();
+        g.dispatch_once(
+            Kernel::FfnAct,
+            &[("F", f as f64), ("GELU", gelu as u32 as f64)],
+            &[(0, &gb), (1, &hb)],
+            [t as u32, 0, 0, 0],
+            [(t * f).div_ceil(256) as u32, 1, 1],
+        )
+        .unwrap();
         assert_close(&read(&g, &hb, t * f), &want, 1e-5, 1e-4, &format!("ffn gelu={gelu}"));
     }
 }
@@ -427,7 +548,8 @@ fn argmax_picks_first_maximum() {
     let tie = (top + 1 + r.below((v - 1) as u32) as usize) % v;
     logits[tie] = 10.0;
     let (lb, ib, ob) = (buf_f32(&g, &logits), buf_u32(&g, &[7; 4]), buf_u32(&g, &[u32::MAX; 8]));
-    g.dispatch_once(Kernel::Argmax, &[("V", v as f64)], &[(0, &lb), (1, &ib), (2, &ob)], [1, 0, 3, 0], [1, 1, 1]).unwrap();
+    g.dispatch_once(Kernel::Argmax, &[("V", v as f64)], &[(0, &lb), (1, &ib), (2, &ob)], [1, 0, 3, 0], [1, 1, 1])
+        .unwrap();
     let want = top.min(tie) as u32;
     assert_eq!(read_u32(&g, &ib, 1)[0], want);
     assert_eq!(read_u32(&g, &ob, 8), [u32::MAX, u32::MAX, u32::MAX, want, u32::MAX, u32::MAX, u32::MAX, u32::MAX]);
@@ -450,7 +572,8 @@ fn split_kv_decode_attention() {
         (16, 4, 2, 64, 40, 8, 0.0, 24),
     ] {
         let q = r.vec(nh * hd);
-        let cache: Vec<f32> = (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
+        let cache: Vec<f32> =
+            (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
         let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
         let scale = 1.0 / (hd as f64).sqrt();
         let end = pos + 1;
@@ -460,7 +583,12 @@ fn split_kv_decode_attention() {
             let kvh = h / (nh / nkv);
             let scores: Vec<f64> = (start..end)
                 .map(|j| {
-                    let mut s = q[h * hd..][..hd].iter().zip(&kcache[(kvh * ctx + j) * hd..][..hd]).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale;
+                    let mut s = q[h * hd..][..hd]
+                        .iter()
+                        .zip(&kcache[(kvh * ctx + j) * hd..][..hd])
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>()
+                        * scale;
                     if softcap > 0.0 {
                         s = softcap as f64 * (s / softcap as f64).tanh();
                     }
@@ -471,7 +599,9 @@ fn split_kv_decode_attention() {
             let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
             let sum: f64 = e.iter().sum();
             for d in 0..hd {
-                want[h * hd + d] = ((start..end).zip(&e).map(|(j, p)| p * vcache[(kvh * ctx + j) * hd + d] as f64).sum::<f64>() / sum) as f32;
+                want[h * hd + d] =
+                    ((start..end).zip(&e).map(|(j, p)| p * vcache[(kvh * ctx + j) * hd + d] as f64).sum::<f64>() / sum)
+                        as f32;
             }
         }
         // The logical cache, laid into `cap` slots (only the positions a window keeps survive).
@@ -498,8 +628,28 @@ fn split_kv_decode_attention() {
             ("SOFTCAP", softcap as f64),
             ("WINDOW", window as f64),
         ];
-        g.dispatch_once(Kernel::AttnDecode, &consts, &[(0, &qb), (1, &kvb), (2, &kvb), (3, &part)], [1, pos as u32, 0, 0], [nh as u32, end.div_ceil(64) as u32, 1]).unwrap();
-        g.dispatch_once(Kernel::AttnCombine, &[("HD", hd as f64), ("CTX", ctx as f64)], &[(0, &part), (3, &ob)], [1, pos as u32, 0, 0], [nh as u32, 1, 1]).unwrap();
-        assert_close(&read(&g, &ob, nh * hd), &want, 1e-4, 1e-4, &format!("split attention hd={hd} pos={pos} window={window} softcap={softcap} cap={cap}"));
+        g.dispatch_once(
+            Kernel::AttnDecode,
+            &consts,
+            &[(0, &qb), (1, &kvb), (2, &kvb), (3, &part)],
+            [1, pos as u32, 0, 0],
+            [nh as u32, end.div_ceil(64) as u32, 1],
+        )
+        .unwrap();
+        g.dispatch_once(
+            Kernel::AttnCombine,
+            &[("HD", hd as f64), ("CTX", ctx as f64)],
+            &[(0, &part), (3, &ob)],
+            [1, pos as u32, 0, 0],
+            [nh as u32, 1, 1],
+        )
+        .unwrap();
+        assert_close(
+            &read(&g, &ob, nh * hd),
+            &want,
+            1e-4,
+            1e-4,
+            &format!("split attention hd={hd} pos={pos} window={window} softcap={softcap} cap={cap}"),
+        );
     }
 }

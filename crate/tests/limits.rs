@@ -57,6 +57,9 @@ fn oversized_matrices_are_refused_before_download() {
             assert_eq!(src.weight_bytes.load(Ordering::Relaxed), 0, "weights were read before the refusal");
         }
         Err(e) => panic!("expected a limits error, got {e}"),
-        Ok(e) => eprintln!("skipping: this adapter's binding limit ({} MiB) holds the model", e.rt.gpu.limits.max_storage_buffer_binding_size >> 20),
+        Ok(e) => eprintln!(
+            "skipping: this adapter's binding limit ({} MiB) holds the model",
+            e.rt.gpu.limits.max_storage_buffer_binding_size >> 20
+        ),
     }
 }

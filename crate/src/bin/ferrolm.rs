@@ -206,12 +206,29 @@ fn bench(model: &str, prompt_len: usize, gen: usize, depth: Option<usize>, reps:
     if json {
         println!("{}", serde_json::json!(r));
     } else {
-        println!("{} on {} ({})", model, r.adapter["name"].as_str().unwrap_or("?"), r.adapter["backend"].as_str().unwrap_or("?"));
+        println!(
+            "{} on {} ({})",
+            model,
+            r.adapter["name"].as_str().unwrap_or("?"),
+            r.adapter["backend"].as_str().unwrap_or("?")
+        );
         println!("prefill pp{}: {:.0} tok/s", r.prompt_len, r.prefill_tok_s);
-        println!("decode tg{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step)", r.gen, r.depth, r.decode_tok_s, r.ms_per_token,
-            r.gpu_ms_per_step.map_or("n/a".to_string(), |v| format!("{v:.3}")));
-        println!("{} dispatches, {} submit, {} readback per token; {:.1} GB/s effective; {} MiB GPU memory",
-            r.dispatches_per_token, r.submits_per_token, r.readbacks_per_token, r.effective_gb_s, r.gpu_memory_bytes >> 20);
+        println!(
+            "decode tg{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step)",
+            r.gen,
+            r.depth,
+            r.decode_tok_s,
+            r.ms_per_token,
+            r.gpu_ms_per_step.map_or("n/a".to_string(), |v| format!("{v:.3}"))
+        );
+        println!(
+            "{} dispatches, {} submit, {} readback per token; {:.1} GB/s effective; {} MiB GPU memory",
+            r.dispatches_per_token,
+            r.submits_per_token,
+            r.readbacks_per_token,
+            r.effective_gb_s,
+            r.gpu_memory_bytes >> 20
+        );
         for (what, prof) in [("decode step", &r.decode_profile), ("prefill step", &r.prefill_profile)] {
             if let Some(p) = prof {
                 let total: f64 = p.iter().map(|k| k.2).sum();
@@ -253,7 +270,13 @@ fn generate(a: GenerateArgs) -> Result<()> {
         msgs.push(ChatMessage { role: "user".into(), content: a.chat.clone().unwrap_or_default() });
         engine.chat_ids(&msgs)?
     };
-    let opts = GenerateOptions { max_tokens: a.max_tokens, sampling, stop_ids: None, top_logits: a.top_logits, cpu_sampling: false };
+    let opts = GenerateOptions {
+        max_tokens: a.max_tokens,
+        sampling,
+        stop_ids: None,
+        top_logits: a.top_logits,
+        cpu_sampling: false,
+    };
     let json = a.json;
     let mut out = std::io::stdout();
     let gen = block_on(engine.generate(&prompt, &opts, &mut |_, piece| {
@@ -271,7 +294,8 @@ fn generate(a: GenerateArgs) -> Result<()> {
             "stats": gen.stats,
         });
         if a.top_logits > 0 {
-            v["top_logits"] = serde_json::json!(gen.top_logits.iter().map(|&(i, l)| serde_json::json!([i, l])).collect::<Vec<_>>());
+            v["top_logits"] =
+                serde_json::json!(gen.top_logits.iter().map(|&(i, l)| serde_json::json!([i, l])).collect::<Vec<_>>());
         }
         v["stats"]["adapter"] = serde_json::json!(engine.rt.gpu.summary);
         println!("{v}");
@@ -310,9 +334,14 @@ fn chat(a: ChatArgs) -> Result<()> {
         let ids = engine.chat_ids(&msgs)?;
         let room = engine.rt.context.saturating_sub(ids.len());
         if room == 0 {
-            return Err(Error::ContextOverflow { tokens: ids.len(), max_new: a.max_tokens, context: engine.rt.context });
+            return Err(Error::ContextOverflow {
+                tokens: ids.len(),
+                max_new: a.max_tokens,
+                context: engine.rt.context,
+            });
         }
-        let opts = GenerateOptions { max_tokens: a.max_tokens.min(room), sampling: sampling.clone(), ..Default::default() };
+        let opts =
+            GenerateOptions { max_tokens: a.max_tokens.min(room), sampling: sampling.clone(), ..Default::default() };
         let mut out = std::io::stdout();
         let gen = block_on(engine.generate(&ids, &opts, &mut |_, piece| {
             let _ = out.write_all(piece.as_bytes());
@@ -345,9 +374,13 @@ fn tokenize(model: &str, text: &str, json: bool) -> Result<()> {
 
 fn short(v: &Value) -> String {
     match v {
-        Value::String(s) if s.chars().count() > 80 => format!("{:?}… ({} bytes)", s.chars().take(80).collect::<String>(), s.len()),
+        Value::String(s) if s.chars().count() > 80 => {
+            format!("{:?}… ({} bytes)", s.chars().take(80).collect::<String>(), s.len())
+        }
         Value::String(s) => format!("{s:?}"),
-        Value::Array(a) if a.len() > 8 => format!("[{} items: {}, …]", a.len(), a.iter().take(4).map(short).collect::<Vec<_>>().join(", ")),
+        Value::Array(a) if a.len() > 8 => {
+            format!("[{} items: {}, …]", a.len(), a.iter().take(4).map(short).collect::<Vec<_>>().join(", "))
+        }
         Value::Array(a) => format!("[{}]", a.iter().map(short).collect::<Vec<_>>().join(", ")),
         Value::F32(x) => format!("{x}"),
         Value::F64(x) => format!("{x}"),
@@ -365,7 +398,8 @@ fn inspect(model: &str, json: bool) -> Result<()> {
         let st = ferrolm::weights::safetensors::open_dir(path)?;
         let names: Vec<&str> = st.tensor_names().collect();
         if json {
-            let cfg = cfg.map(|c| serde_json::json!(c)).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
+            let cfg =
+                cfg.map(|c| serde_json::json!(c)).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
             println!("{}", serde_json::json!({ "config": cfg, "tensors": names }));
         } else {
             println!("{model}: Hugging Face folder, model_type {}, {} tensors", hf.model_type, names.len());
@@ -394,10 +428,19 @@ fn inspect(model: &str, json: bool) -> Result<()> {
             Ok(c) => serde_json::json!(c),
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
-        println!("{}", serde_json::json!({"version": g.version, "alignment": g.alignment, "metadata": meta, "tensors": tensors, "config": cfg}));
+        println!(
+            "{}",
+            serde_json::json!({"version": g.version, "alignment": g.alignment, "metadata": meta, "tensors": tensors, "config": cfg})
+        );
         return Ok(());
     }
-    println!("{model}: GGUF v{}, {} metadata keys, {} tensors, data at byte {}", g.version, g.metadata.len(), g.tensors.len(), g.data_offset);
+    println!(
+        "{model}: GGUF v{}, {} metadata keys, {} tensors, data at byte {}",
+        g.version,
+        g.metadata.len(),
+        g.tensors.len(),
+        g.data_offset
+    );
     for (k, v) in &g.metadata {
         println!("  {k} = {}", short(v));
     }

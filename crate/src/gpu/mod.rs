@@ -5,8 +5,8 @@ mod oneshot;
 pub mod pipelines;
 
 use crate::error::{Error, Result};
-use std::sync::{Arc, Mutex};
 pub use pipelines::{Kernel, Pipeline, Pipelines};
+use std::sync::{Arc, Mutex};
 
 /// What the engine learned about the adapter; reported by `inspect`, `bench` and the web API.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -55,9 +55,9 @@ impl Gpu {
                 let want = want.to_lowercase();
                 let all = instance.enumerate_adapters(backends).await;
                 let names: Vec<String> = all.iter().map(|a| a.get_info().name).collect();
-                all.into_iter()
-                    .find(|a| a.get_info().name.to_lowercase().contains(&want))
-                    .ok_or_else(|| Error::NoAdapter(format!("no adapter matches WGPU_ADAPTER_NAME={want:?}; found {names:?}")))?
+                all.into_iter().find(|a| a.get_info().name.to_lowercase().contains(&want)).ok_or_else(|| {
+                    Error::NoAdapter(format!("no adapter matches WGPU_ADAPTER_NAME={want:?}; found {names:?}"))
+                })?
             }
             Err(_) => Self::request(&instance).await?,
         };
@@ -80,7 +80,8 @@ impl Gpu {
             )));
         }
         // Subgroup reductions assume a subgroup is exactly one 32-thread row of a kernel.
-        let sg32 = features.contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
+        let sg32 =
+            features.contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
         let sg32 = sg32 && std::env::var("FERROLM_NO_SUBGROUPS").is_err();
         // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
         let mut wanted = features
@@ -144,7 +145,11 @@ impl Gpu {
                 apply_limit_buckets: false,
             })
             .await
-            .map_err(|e| Error::NoAdapter(format!("{e} (is a Vulkan driver installed? for CPU-only machines: mesa-vulkan-drivers)")))
+            .map_err(|e| {
+                Error::NoAdapter(format!(
+                    "{e} (is a Vulkan driver installed? for CPU-only machines: mesa-vulkan-drivers)"
+                ))
+            })
     }
 
     /// Fail with the first device error recorded since the device was made.
@@ -212,7 +217,12 @@ impl Gpu {
 
     /// As `read_mapped`, waiting natively only for submission `after` (later submissions keep
     /// the GPU busy meanwhile).
-    pub async fn read_mapped_after(&self, buf: &wgpu::Buffer, size: u64, after: Option<wgpu::SubmissionIndex>) -> Result<Vec<u8>> {
+    pub async fn read_mapped_after(
+        &self,
+        buf: &wgpu::Buffer,
+        size: u64,
+        after: Option<wgpu::SubmissionIndex>,
+    ) -> Result<Vec<u8>> {
         let (tx, rx) = oneshot::channel();
         buf.map_async(wgpu::MapMode::Read, ..size, move |r| tx.send(r));
         #[cfg(not(target_arch = "wasm32"))]
@@ -229,9 +239,7 @@ impl Gpu {
             None => return Err(Error::Gpu("reading back results: the map request was dropped".into())),
         }
         let out = {
-            let view = buf
-                .get_mapped_range(..size)
-                .map_err(|e| Error::Gpu(format!("reading back results: {e}")))?;
+            let view = buf.get_mapped_range(..size).map_err(|e| Error::Gpu(format!("reading back results: {e}")))?;
             view.to_vec()
         };
         buf.unmap();

@@ -76,7 +76,9 @@ impl Kernel {
             Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
             Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
-            Kernel::Attention | Kernel::AttnDecode => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::Attention | Kernel::AttnDecode => {
+                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)]
+            }
             Kernel::AttnCombine => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
             Kernel::FfnAct => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
@@ -177,7 +179,10 @@ impl Pipelines {
             layout: Some(&pl),
             module: &module,
             entry_point: Some("main"),
-            compilation_options: wgpu::PipelineCompilationOptions { constants, zero_initialize_workgroup_memory: false },
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                zero_initialize_workgroup_memory: false,
+            },
             cache: None,
         });
         let p = Rc::new(Pipeline { pipeline, layout: bgl, kernel: k });

@@ -122,7 +122,10 @@ impl ModelConfig {
             _ => 1.0,
         };
         if rope_linear_scale <= 0.0 || !rope_linear_scale.is_finite() || rope_theta <= 0.0 || !rope_theta.is_finite() {
-            return Err(Error::Model(format!("{}: rope base {rope_theta} / scale {rope_linear_scale} are not usable", g.name)));
+            return Err(Error::Model(format!(
+                "{}: rope base {rope_theta} / scale {rope_linear_scale} are not usable",
+                g.name
+            )));
         }
         let cfg = ModelConfig {
             arch: arch.clone(),
@@ -164,7 +167,8 @@ impl ModelConfig {
             // Gemma 3's local layers rotate with their own base and no scaling (llama.cpp: 10000
             // unless the file says otherwise); the global ones use freq_base and the scale.
             let local_base = g.get_f64(&k("rope.freq_base_swa"))?.unwrap_or(10000.0);
-            cfg.rope_local_inv = Some((0..cfg.rope_dim / 2).map(|i| local_base.powf(-(2.0 * i as f64) / cfg.rope_dim as f64)).collect());
+            cfg.rope_local_inv =
+                Some((0..cfg.rope_dim / 2).map(|i| local_base.powf(-(2.0 * i as f64) / cfg.rope_dim as f64)).collect());
         }
         cfg.validate()?;
         Ok(cfg)
@@ -257,7 +261,11 @@ impl ModelConfig {
         let gelu = match act {
             "silu" | "swish" => false,
             "gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new" | "gelu_fast" => true,
-            other => return Err(Error::Unsupported(format!("activation {other:?} (silu and gelu_pytorch_tanh are supported)"))),
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "activation {other:?} (silu and gelu_pytorch_tanh are supported)"
+                )))
+            }
         };
         let cfg = ModelConfig {
             arch: family.to_string(),

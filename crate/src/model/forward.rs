@@ -101,7 +101,13 @@ impl Buffers {
         };
         let (h, qd, kvd, ff) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.ffn as u64);
         let kv_cap: Vec<usize> = (0..cfg.n_layers)
-            .map(|i| if cfg.layer_sliding[i] && cfg.sliding_window > 0 { context.min(cfg.sliding_window + max_tokens) } else { context })
+            .map(|i| {
+                if cfg.layer_sliding[i] && cfg.sliding_window > 0 {
+                    context.min(cfg.sliding_window + max_tokens)
+                } else {
+                    context
+                }
+            })
             .collect();
         let mut kv = Vec::with_capacity(cfg.n_layers);
         for (i, &cap) in kv_cap.iter().enumerate() {
@@ -176,7 +182,13 @@ impl Program {
 
     /// Record with a timestamp before the first dispatch and after each one (profiling);
     /// returns each dispatch's kernel.
-    pub fn record_profiled(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, qs: &wgpu::QuerySet) -> Vec<&'static str> {
+    pub fn record_profiled(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        n_tokens: u32,
+        pos: u32,
+        qs: &wgpu::QuerySet,
+    ) -> Vec<&'static str> {
         pass.write_timestamp(qs, 0);
         for (i, op) in self.ops.iter().enumerate() {
             let [x, y, z] = op.grid.dims(n_tokens, pos);
@@ -213,7 +225,14 @@ fn b(v: bool) -> f64 {
 }
 
 impl Builder<'_> {
-    fn push(&mut self, label: &'static str, k: Kernel, consts: &[(&str, f64)], bufs: &[(u32, &wgpu::Buffer)], grid: Grid) {
+    fn push(
+        &mut self,
+        label: &'static str,
+        k: Kernel,
+        consts: &[(&str, f64)],
+        bufs: &[(u32, &wgpu::Buffer)],
+        grid: Grid,
+    ) {
         let pipeline = self.gpu.pipelines.get(&self.gpu.device, k, consts);
         let mut entries: Vec<wgpu::BindGroupEntry> =
             bufs.iter().map(|&(i, b)| wgpu::BindGroupEntry { binding: i, resource: b.as_entire_binding() }).collect();
@@ -229,7 +248,18 @@ impl Builder<'_> {
     /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU) and an
     /// optional soft-cap of stored values.
     #[allow(clippy::too_many_arguments)]
-    fn matvec(&mut self, label: &'static str, w: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, vecs: &wgpu::Buffer, norm: Option<usize>, epi: u32, softcap: f32, bias: Option<usize>) {
+    fn matvec(
+        &mut self,
+        label: &'static str,
+        w: &GpuMatrix,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        vecs: &wgpu::Buffer,
+        norm: Option<usize>,
+        epi: u32,
+        softcap: f32,
+        bias: Option<usize>,
+    ) {
         let [l0, l1] = w.layout_constants();
         let consts = [
             l0,
@@ -257,7 +287,16 @@ impl Builder<'_> {
     }
 
     /// Prefill: c (+)= a · Wᵀ (+ bias).
-    fn matmul(&mut self, label: &'static str, w: &GpuMatrix, a: &wgpu::Buffer, c: &wgpu::Buffer, vecs: &wgpu::Buffer, bias: Option<usize>, acc: bool) {
+    fn matmul(
+        &mut self,
+        label: &'static str,
+        w: &GpuMatrix,
+        a: &wgpu::Buffer,
+        c: &wgpu::Buffer,
+        vecs: &wgpu::Buffer,
+        bias: Option<usize>,
+        acc: bool,
+    ) {
         let [l0, l1] = w.layout_constants();
         let consts = [
             l0,
@@ -268,11 +307,25 @@ impl Builder<'_> {
             ("HAS_BIAS", b(bias.is_some())),
             ("BIAS_OFF", bias.unwrap_or(0) as f64),
         ];
-        self.push(label, Kernel::MatMul, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)], Grid::Tiles(w.rows as u32));
+        self.push(
+            label,
+            Kernel::MatMul,
+            &consts,
+            &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)],
+            Grid::Tiles(w.rows as u32),
+        );
     }
 
     /// y = norm(x) (`add`: y += norm(x)), over every token or only the last.
-    fn rmsnorm(&mut self, x: &wgpu::Buffer, vecs: &wgpu::Buffer, off: usize, y: &wgpu::Buffer, last_only: bool, add: bool) {
+    fn rmsnorm(
+        &mut self,
+        x: &wgpu::Buffer,
+        vecs: &wgpu::Buffer,
+        off: usize,
+        y: &wgpu::Buffer,
+        last_only: bool,
+        add: bool,
+    ) {
         let consts = [
             ("H", self.cfg.hidden as f64),
             ("EPS", self.cfg.rms_eps as f64),
@@ -287,8 +340,19 @@ impl Builder<'_> {
 }
 
 /// Build the program for steps of one token (`batched = false`) or many (`batched = true`).
-pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, context: usize, batched: bool) -> Result<Program> {
-    let rows_per_wg = std::env::var("FERROLM_MV_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [2, 4, 8].contains(r)).unwrap_or(8);
+pub fn build(
+    gpu: &Gpu,
+    cfg: &ModelConfig,
+    w: &ModelWeights,
+    bf: &Buffers,
+    context: usize,
+    batched: bool,
+) -> Result<Program> {
+    let rows_per_wg = std::env::var("FERROLM_MV_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r| [2, 4, 8].contains(r))
+        .unwrap_or(8);
     let mut p = Builder { rows_per_wg, gpu, cfg, ops: Vec::new(), step: &bf.step };
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
@@ -329,8 +393,15 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
                 ("BIAS_OFF", off.qkv_bias.unwrap_or(0) as f64),
                 ("R", rows_per_wg as f64),
             ];
-            let bufs = [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
-            p.push("qkv", Kernel::QkvRope, &consts, &bufs, Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(rows_per_wg as u32)));
+            let bufs =
+                [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
+            p.push(
+                "qkv",
+                Kernel::QkvRope,
+                &consts,
+                &bufs,
+                Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(rows_per_wg as u32)),
+            );
         } else {
             if batched {
                 p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false, false);
@@ -369,10 +440,28 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
             ("QSTRIDE", (qd + 2 * kvd) as f64),
         ];
         if batched {
-            p.push("attention", Kernel::Attention, &attn, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], Grid::PerToken(cfg.n_heads as u32));
+            p.push(
+                "attention",
+                Kernel::Attention,
+                &attn,
+                &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)],
+                Grid::PerToken(cfg.n_heads as u32),
+            );
         } else {
-            p.push("attention", Kernel::AttnDecode, &attn[..8], &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part)], Grid::Splits(cfg.n_heads as u32));
-            p.push("attn merge", Kernel::AttnCombine, &[("HD", hd), ("CTX", context as f64)], &[(0, &bf.part), (3, &bf.attn)], Grid::Fixed(cfg.n_heads as u32));
+            p.push(
+                "attention",
+                Kernel::AttnDecode,
+                &attn[..8],
+                &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part)],
+                Grid::Splits(cfg.n_heads as u32),
+            );
+            p.push(
+                "attn merge",
+                Kernel::AttnCombine,
+                &[("HD", hd), ("CTX", context as f64)],
+                &[(0, &bf.part), (3, &bf.attn)],
+                Grid::Fixed(cfg.n_heads as u32),
+            );
         }
         // Residual adds: fused into the projection, or (Gemma) through a norm of its output.
         let (o_out, down_out) = if cfg.post_norms { (&bf.tmp, &bf.tmp) } else { (&bf.x, &bf.x) };
@@ -388,7 +477,13 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
         if batched {
             p.rmsnorm(&bf.x, &lw.vecs, off.ffn_norm, &bf.xn, false, false);
             p.matmul("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, None, false);
-            p.push("glu", Kernel::FfnAct, &[("F", cfg.ffn as f64), ("GELU", b(cfg.gelu))], &[(0, &bf.gu), (1, &bf.h)], Grid::Elems(cfg.ffn as u32));
+            p.push(
+                "glu",
+                Kernel::FfnAct,
+                &[("F", cfg.ffn as f64), ("GELU", b(cfg.gelu))],
+                &[(0, &bf.gu), (1, &bf.h)],
+                Grid::Elems(cfg.ffn as u32),
+            );
             p.matmul("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc);
         } else {
             p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, None);
@@ -404,7 +499,13 @@ pub fn build(gpu: &Gpu, cfg: &ModelConfig, w: &ModelWeights, bf: &Buffers, conte
     } else {
         p.matvec("lm head", w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, Some(0), 0, cfg.final_softcap, None);
     }
-    p.push("argmax", Kernel::Argmax, &[("V", cfg.vocab as f64)], &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)], Grid::Fixed(1));
+    p.push(
+        "argmax",
+        Kernel::Argmax,
+        &[("V", cfg.vocab as f64)],
+        &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)],
+        Grid::Fixed(1),
+    );
     gpu.check().map_err(|e| Error::Gpu(format!("building the forward pass: {e}")))?;
     Ok(Program { ops: p.ops })
 }

@@ -63,7 +63,12 @@ impl<S: ByteSource> HfModel<S> {
 
     /// Stop token ids from generation_config.json, else config.json.
     pub fn eos_ids(&self) -> Vec<u32> {
-        let ids = self.generation.as_ref().map(|g| g.eos_token_id.clone()).filter(|v| !v.is_empty()).unwrap_or_else(|| self.hf.eos_token_id.clone());
+        let ids = self
+            .generation
+            .as_ref()
+            .map(|g| g.eos_token_id.clone())
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| self.hf.eos_token_id.clone());
         ids.into_iter().filter_map(|i| u32::try_from(i).ok()).collect()
     }
 
@@ -89,7 +94,11 @@ impl<S: ByteSource> HfModel<S> {
             StDtype::F32 => GgmlType::F32,
             StDtype::F16 => GgmlType::F16,
             StDtype::BF16 => GgmlType::BF16,
-            ref other => return Err(Error::Unsupported(format!("tensor {name} has dtype {other:?} (F32, F16 and BF16 are supported)"))),
+            ref other => {
+                return Err(Error::Unsupported(format!(
+                    "tensor {name} has dtype {other:?} (F32, F16 and BF16 are supported)"
+                )))
+            }
         };
         let target = match q {
             Quantize::Q8_0 if cols % 32 == 0 => Some(GgmlType::Q8_0),
@@ -138,7 +147,13 @@ impl<S: ByteSource> HfModel<S> {
             } else {
                 vec![self.matrix(&n("mlp.gate_proj.weight"), f, h, q)?, self.matrix(&n("mlp.up_proj.weight"), f, h, q)?]
             };
-            let qk = |s: &str| -> Result<Option<Vec<f32>>> { if c.qk_norm { self.vector(&n(s), c.head_dim).map(Some) } else { Ok(None) } };
+            let qk = |s: &str| -> Result<Option<Vec<f32>>> {
+                if c.qk_norm {
+                    self.vector(&n(s), c.head_dim).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
             // Llama-style files call the pre-FFN norm post_attention_layernorm; Gemma has both.
             let (ffn_norm, post_attn_norm, post_ffn_norm) = if c.post_norms {
                 (
@@ -186,7 +201,8 @@ pub fn read_dir_files(dir: &std::path::Path) -> Result<HfFiles> {
             Err(e) => Err(Error::io(p.display().to_string(), e)),
         }
     };
-    let config = read("config.json")?.ok_or_else(|| Error::Model(format!("{}: no config.json (not a Hugging Face model folder)", dir.display())))?;
+    let config = read("config.json")?
+        .ok_or_else(|| Error::Model(format!("{}: no config.json (not a Hugging Face model folder)", dir.display())))?;
     Ok(HfFiles {
         config,
         generation_config: read("generation_config.json")?,

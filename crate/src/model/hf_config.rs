@@ -101,7 +101,11 @@ impl<'a> Obj<'a> {
     }
     fn f64s(&self, k: &str) -> Result<Option<Vec<f64>>> {
         self.get(k)
-            .map(|v| v.as_array().and_then(|a| a.iter().map(Value::as_f64).collect()).ok_or_else(|| bad(k, "a list of numbers", v)))
+            .map(|v| {
+                v.as_array()
+                    .and_then(|a| a.iter().map(Value::as_f64).collect())
+                    .ok_or_else(|| bad(k, "a list of numbers", v))
+            })
             .transpose()
     }
     fn strs(&self, k: &str) -> Result<Option<Vec<String>>> {
@@ -167,13 +171,20 @@ impl HfConfig {
         let (rope, rope_local) = resolve_rope(&o, family, max_position_embeddings)?;
         let layer_types = layer_types(&o, family, num_hidden_layers)?;
         let sliding_window = match layer_types.contains(&LayerKind::Sliding) {
-            true => Some(o.u64("sliding_window")?.ok_or_else(|| Error::Model("config.json: sliding layers but no sliding_window".into()))?),
+            true => Some(
+                o.u64("sliding_window")?
+                    .ok_or_else(|| Error::Model("config.json: sliding layers but no sliding_window".into()))?,
+            ),
             false => None,
         };
         // Gemma 2's defaults; Gemma 3 has no soft-capping unless its config says so.
         let gemma2 = family == "gemma2";
         let absent_or = |k: &str, d: Option<f64>| -> Result<Option<f64>> {
-            if merged.contains_key(k) { o.f64(k) } else { Ok(d) }
+            if merged.contains_key(k) {
+                o.f64(k)
+            } else {
+                Ok(d)
+            }
         };
         let cfg = HfConfig {
             outer_model_type,
@@ -205,7 +216,9 @@ impl HfConfig {
             model_type,
         };
         for r in std::iter::once(&cfg.rope).chain(cfg.rope_local.as_ref()) {
-            if let Some(f) = [&r.short_factor, &r.long_factor].into_iter().flatten().find(|f| f.len() != cfg.rope_dim(r) / 2) {
+            if let Some(f) =
+                [&r.short_factor, &r.long_factor].into_iter().flatten().find(|f| f.len() != cfg.rope_dim(r) / 2)
+            {
                 return Err(Error::Model(format!(
                     "config.json: longrope factor list has {} entries, the rotary dimension {} needs {}",
                     f.len(),
@@ -235,8 +248,11 @@ impl HfConfig {
     pub fn rope_inv_freq(&self, kind: LayerKind, seq_len: Option<u64>) -> Result<Vec<f64>> {
         let r = self.rope_for(kind);
         let dim = self.rope_dim(r);
-        let need = |v: Option<f64>, k: &str| v.ok_or_else(|| Error::Model(format!("config.json: {} rope needs {k}", r.rope_type)));
-        let default = |base: f64| -> Vec<f64> { (0..dim).step_by(2).map(|i| 1.0 / base.powf(i as f64 / dim as f64)).collect() };
+        let need = |v: Option<f64>, k: &str| {
+            v.ok_or_else(|| Error::Model(format!("config.json: {} rope needs {k}", r.rope_type)))
+        };
+        let default =
+            |base: f64| -> Vec<f64> { (0..dim).step_by(2).map(|i| 1.0 / base.powf(i as f64 / dim as f64)).collect() };
         Ok(match r.rope_type.as_str() {
             "default" => default(r.theta),
             "linear" => {
@@ -254,7 +270,8 @@ impl HfConfig {
                 let factor = need(r.factor, "factor")?;
                 let low = need(r.low_freq_factor, "low_freq_factor")?;
                 let high = need(r.high_freq_factor, "high_freq_factor")?;
-                let old = need(r.original_max_position_embeddings.map(|v| v as f64), "original_max_position_embeddings")?;
+                let old =
+                    need(r.original_max_position_embeddings.map(|v| v as f64), "original_max_position_embeddings")?;
                 let (low_wl, high_wl) = (old / low, old / high);
                 default(r.theta)
                     .into_iter()
@@ -270,10 +287,13 @@ impl HfConfig {
                     .collect()
             }
             "longrope" => {
-                let orig = need(r.original_max_position_embeddings.map(|v| v as f64), "original_max_position_embeddings")?;
+                let orig =
+                    need(r.original_max_position_embeddings.map(|v| v as f64), "original_max_position_embeddings")?;
                 let long = seq_len.is_some_and(|s| s as f64 > orig);
                 let ext = if long { &r.long_factor } else { &r.short_factor };
-                let ext = ext.as_ref().ok_or_else(|| Error::Model("config.json: longrope needs short_factor and long_factor".into()))?;
+                let ext = ext
+                    .as_ref()
+                    .ok_or_else(|| Error::Model("config.json: longrope needs short_factor and long_factor".into()))?;
                 (0..dim).step_by(2).zip(ext).map(|(i, e)| 1.0 / (e * r.theta.powf(i as f64 / dim as f64))).collect()
             }
             other => return Err(Error::Unsupported(format!("rope type {other:?}"))),
@@ -374,7 +394,9 @@ fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
         }
         _ => return Ok(vec![LayerKind::Full; n]),
     } as usize;
-    Ok((0..n).map(|i| if pattern != 0 && (i + 1) % pattern != 0 { LayerKind::Sliding } else { LayerKind::Full }).collect())
+    Ok((0..n)
+        .map(|i| if pattern != 0 && (i + 1) % pattern != 0 { LayerKind::Sliding } else { LayerKind::Full })
+        .collect())
 }
 
 /// `generation_config.json`.
@@ -389,7 +411,11 @@ impl GenerationConfig {
     pub fn from_json(text: &str) -> Result<GenerationConfig> {
         let v = parse_json(text, "generation_config.json")?;
         let o = Obj(object(&v, "generation_config.json")?);
-        Ok(GenerationConfig { bos_token_id: o.ids("bos_token_id")?, eos_token_id: o.ids("eos_token_id")?, pad_token_id: o.ids("pad_token_id")? })
+        Ok(GenerationConfig {
+            bos_token_id: o.ids("bos_token_id")?,
+            eos_token_id: o.ids("eos_token_id")?,
+            pad_token_id: o.ids("pad_token_id")?,
+        })
     }
 }
 
@@ -428,7 +454,9 @@ impl TokenizerConfig {
             match o.get(k) {
                 None => Ok(None),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(v) => v.get("content").and_then(Value::as_str).map(|s| Some(s.to_string())).ok_or_else(|| err(k, v)),
+                Some(v) => {
+                    v.get("content").and_then(Value::as_str).map(|s| Some(s.to_string())).ok_or_else(|| err(k, v))
+                }
             }
         };
         Ok(TokenizerConfig {

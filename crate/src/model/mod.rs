@@ -2,8 +2,8 @@
 
 pub mod config;
 pub mod forward;
-pub mod weights;
 pub mod hf;
 pub mod hf_config;
+pub mod weights;
 
 pub use config::ModelConfig;

@@ -46,7 +46,11 @@ impl GpuMatrix {
 fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
     let limit = gpu.limits.max_storage_buffer_binding_size as u64;
     if bytes > limit {
-        return Err(Error::Limits(format!("tensor {name} needs {} MiB in one binding; the adapter allows {} MiB", bytes >> 20, limit >> 20)));
+        return Err(Error::Limits(format!(
+            "tensor {name} needs {} MiB in one binding; the adapter allows {} MiB",
+            bytes >> 20,
+            limit >> 20
+        )));
     }
     Ok(())
 }
@@ -117,7 +121,8 @@ impl LayerParts {
             let head = neox_to_pairs(1, hd, cfg.rope_dim);
             let q = neox_to_pairs(cfg.n_heads, hd, cfg.rope_dim);
             let k = neox_to_pairs(cfg.n_kv_heads, hd, cfg.rope_dim);
-            let perm: Vec<usize> = q.iter().copied().chain(k.iter().map(|r| qd + r)).chain(qd + kvd..qd + 2 * kvd).collect();
+            let perm: Vec<usize> =
+                q.iter().copied().chain(k.iter().map(|r| qd + r)).chain(qd + kvd..qd + 2 * kvd).collect();
             qkv = permute_rows(&qkv, &perm);
             bias = bias.map(|b| permute_vec(&b, &perm));
             q_norm = q_norm.map(|v| permute_vec(&v, &head));
@@ -145,7 +150,11 @@ impl LayerParts {
         put(off.post_ffn_norm, self.post_ffn_norm, "post-FFN norm")?;
         let gate_up = concat_rows(&self.gate_up)?;
         if gate_up.rows != 2 * cfg.ffn {
-            return Err(Error::Model(format!("{name}: fused gate/up has {} rows, expected {}", gate_up.rows, 2 * cfg.ffn)));
+            return Err(Error::Model(format!(
+                "{name}: fused gate/up has {} rows, expected {}",
+                gate_up.rows,
+                2 * cfg.ffn
+            )));
         }
         Ok(LayerWeights {
             vecs: gpu.buffer_init(&format!("{name}.vecs"), bytemuck::cast_slice(&vecs))?,
@@ -196,13 +205,20 @@ const CHUNK: u64 = 16 << 20;
 
 impl GgufLoader<'_> {
     fn info(&self, name: &str, want: &[usize]) -> Result<TensorInfo> {
-        let t = self.gguf.tensor(name).cloned().ok_or_else(|| Error::Model(format!("{}: missing tensor {name}", self.gguf.name)))?;
+        let t = self
+            .gguf
+            .tensor(name)
+            .cloned()
+            .ok_or_else(|| Error::Model(format!("{}: missing tensor {name}", self.gguf.name)))?;
         let got: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
         if got != want {
             return Err(Error::Model(format!("tensor {name} has shape {got:?}, expected {want:?}")));
         }
         if !t.ty.is_supported() {
-            return Err(Error::Unsupported(format!("tensor {name} has type {}, which ferrolm cannot run yet", t.ty.name())));
+            return Err(Error::Unsupported(format!(
+                "tensor {name} has type {}, which ferrolm cannot run yet",
+                t.ty.name()
+            )));
         }
         Ok(t)
     }
@@ -210,7 +226,11 @@ impl GgufLoader<'_> {
     async fn read(&mut self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let data = self.src.read(offset, len as usize).await?;
         if data.len() as u64 != len {
-            return Err(Error::Model(format!("{}: short read at byte {offset}: {} of {len} bytes", self.gguf.name, data.len())));
+            return Err(Error::Model(format!(
+                "{}: short read at byte {offset}: {} of {len} bytes",
+                self.gguf.name,
+                data.len()
+            )));
         }
         self.bytes += len;
         (self.on_progress)(self.bytes);
@@ -227,10 +247,15 @@ impl GgufLoader<'_> {
     /// A large matrix streamed to the GPU in row chunks (never whole in memory).
     async fn streamed(&mut self, name: &str, rows: usize, cols: usize) -> Result<GpuMatrix> {
         let t = self.info(name, &[cols, rows])?;
-        let layout = Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
+        let layout =
+            Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
         let row_bytes = t.n_bytes / rows as u64;
         let wpr = layout.words_for(cols) as u64;
-        let mpr = if matches!(layout, Layout::Q4 { .. } | Layout::Q8 { .. }) { 2 * (cols / layout.block()) as u64 } else { 0 };
+        let mpr = if matches!(layout, Layout::Q4 { .. } | Layout::Q8 { .. }) {
+            2 * (cols / layout.block()) as u64
+        } else {
+            0
+        };
         check_binding(self.gpu, name, wpr * rows as u64 * 4)?;
         let words = self.gpu.buffer(name, wpr * rows as u64 * 4)?;
         let meta = self.gpu.buffer(&format!("{name}.meta"), mpr * rows as u64 * 4)?;
@@ -272,10 +297,11 @@ pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
     // Buffer name -> (layouts of its parts, elements).
     let mut buffers: std::collections::HashMap<String, (Vec<Layout>, u64)> = std::collections::HashMap::new();
     for t in &gguf.tensors {
-        let layout = Layout::for_type(t.ty)
-            .filter(|_| t.ty.is_supported())
-            .ok_or_else(|| Error::Unsupported(format!("tensor {} has type {}, which ferrolm cannot run yet", t.name, t.ty.name())))?;
-        total += layout.words_for(t.n_elements as usize) as u64 * 4 + if layout.block() > 1 { 8 * t.n_elements / layout.block() as u64 } else { 0 };
+        let layout = Layout::for_type(t.ty).filter(|_| t.ty.is_supported()).ok_or_else(|| {
+            Error::Unsupported(format!("tensor {} has type {}, which ferrolm cannot run yet", t.name, t.ty.name()))
+        })?;
+        total += layout.words_for(t.n_elements as usize) as u64 * 4
+            + if layout.block() > 1 { 8 * t.n_elements / layout.block() as u64 } else { 0 };
         let part = |names: &[&str]| names.iter().any(|p| t.name.contains(p));
         let group = if part(&["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight"]) {
             Some("qkv")
@@ -343,7 +369,11 @@ pub async fn load_gguf(
         let qkv = if opt(&l, "attn_qkv.weight") {
             vec![l.packed(&n("attn_qkv.weight"), qd + 2 * kvd, h).await?]
         } else {
-            vec![l.packed(&n("attn_q.weight"), qd, h).await?, l.packed(&n("attn_k.weight"), kvd, h).await?, l.packed(&n("attn_v.weight"), kvd, h).await?]
+            vec![
+                l.packed(&n("attn_q.weight"), qd, h).await?,
+                l.packed(&n("attn_k.weight"), kvd, h).await?,
+                l.packed(&n("attn_v.weight"), kvd, h).await?,
+            ]
         };
         let qkv_bias = if cfg.qkv_bias {
             let mut b = l.vector(&n("attn_q.bias"), qd).await?;
@@ -354,7 +384,10 @@ pub async fn load_gguf(
             None
         };
         let (q_norm, k_norm) = if cfg.qk_norm {
-            (Some(l.vector(&n("attn_q_norm.weight"), cfg.head_dim).await?), Some(l.vector(&n("attn_k_norm.weight"), cfg.head_dim).await?))
+            (
+                Some(l.vector(&n("attn_q_norm.weight"), cfg.head_dim).await?),
+                Some(l.vector(&n("attn_k_norm.weight"), cfg.head_dim).await?),
+            )
         } else {
             (None, None)
         };
@@ -364,7 +397,10 @@ pub async fn load_gguf(
             vec![l.packed(&n("ffn_up.weight"), 2 * f, h).await?]
         };
         let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
-            (Some(l.vector(&n("post_attention_norm.weight"), h).await?), Some(l.vector(&n("post_ffw_norm.weight"), h).await?))
+            (
+                Some(l.vector(&n("post_attention_norm.weight"), h).await?),
+                Some(l.vector(&n("post_ffw_norm.weight"), h).await?),
+            )
         } else {
             (None, None)
         };
@@ -391,7 +427,14 @@ pub async fn load_gguf(
 }
 
 impl ModelWeights {
-    pub fn new(gpu: &Gpu, cfg: &ModelConfig, embed: GpuMatrix, layers: Vec<LayerWeights>, out_norm: &[f32], lm_head: Option<GpuMatrix>) -> Result<ModelWeights> {
+    pub fn new(
+        gpu: &Gpu,
+        cfg: &ModelConfig,
+        embed: GpuMatrix,
+        layers: Vec<LayerWeights>,
+        out_norm: &[f32],
+        lm_head: Option<GpuMatrix>,
+    ) -> Result<ModelWeights> {
         let out_vecs = gpu.buffer_init("output_norm", bytemuck::cast_slice(out_norm))?;
         gpu.check()?;
         let mut bytes = embed.bytes + lm_head.as_ref().map_or(0, |m| m.bytes) + out_norm.len() as u64 * 4;

@@ -51,7 +51,10 @@ fn bytes_to_unicode() -> [char; 256] {
 
 pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
     let meta = |e: crate::weights::gguf::GgufError| tok_err(e);
-    let model = g.get_str("tokenizer.ggml.model").map_err(meta)?.ok_or_else(|| tok_err("the GGUF has no tokenizer (tokenizer.ggml.model is missing)"))?;
+    let model = g
+        .get_str("tokenizer.ggml.model")
+        .map_err(meta)?
+        .ok_or_else(|| tok_err("the GGUF has no tokenizer (tokenizer.ggml.model is missing)"))?;
     let tokens: Vec<String> = g
         .get_str_array("tokenizer.ggml.tokens")
         .map_err(meta)?
@@ -80,11 +83,14 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
                 Some(i) if (i as usize) < n => Ok(Some(i as u32)),
                 // llama.cpp writes -1 (as a signed or wrapped value) for "none".
                 _ if v.as_i64() == Some(-1) || v.as_u64() == Some(u32::MAX as u64) => Ok(None),
-                _ => Err(tok_err(format!("tokenizer.ggml.{key} = {v:?} is not a token id (the vocabulary has {n} tokens)"))),
+                _ => Err(tok_err(format!(
+                    "tokenizer.ggml.{key} = {v:?} is not a token id (the vocabulary has {n} tokens)"
+                ))),
             },
         }
     };
-    let (bos, eos, unk, pad) = (id("bos_token_id")?, id("eos_token_id")?, id("unknown_token_id")?, id("padding_token_id")?);
+    let (bos, eos, unk, pad) =
+        (id("bos_token_id")?, id("eos_token_id")?, id("unknown_token_id")?, id("padding_token_id")?);
     let eot: Vec<u32> = [id("eot_token_id")?, id("eom_token_id")?].into_iter().flatten().collect();
     let ty = |i: usize| types.get(i).copied().unwrap_or(1);
 
@@ -99,11 +105,16 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
                 .iter()
                 .enumerate()
                 .map(|(i, t)| {
-                    let key = if t.chars().all(|c| alphabet.contains(&c)) { t.clone() } else { t.bytes().map(|b| table[b as usize]).collect() };
+                    let key = if t.chars().all(|c| alphabet.contains(&c)) {
+                        t.clone()
+                    } else {
+                        t.bytes().map(|b| table[b as usize]).collect()
+                    };
                     (key, i as u32)
                 })
                 .collect();
-            let merges = merges.ok_or_else(|| tok_err("a gpt2 tokenizer needs tokenizer.ggml.merges, which is missing"))?;
+            let merges =
+                merges.ok_or_else(|| tok_err("a gpt2 tokenizer needs tokenizer.ggml.merges, which is missing"))?;
             let merges = parse_merges(&merges, &vocab)?;
             let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(tok_err)?;
             let mut hf = tokenizers::Tokenizer::new(bpe);
@@ -118,11 +129,18 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
             let merges = match merges {
                 Some(m) => parse_merges(&m, &vocab)?,
                 None => {
-                    let scores = scores.ok_or_else(|| tok_err("a llama tokenizer needs tokenizer.ggml.scores (or merges), which are missing"))?;
+                    let scores = scores.ok_or_else(|| {
+                        tok_err("a llama tokenizer needs tokenizer.ggml.scores (or merges), which are missing")
+                    })?;
                     merges_from_scores(&tokens, &scores, &vocab)
                 }
             };
-            let bpe = BPE::builder().vocab_and_merges(vocab, merges).fuse_unk(true).byte_fallback(true).build().map_err(tok_err)?;
+            let bpe = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .fuse_unk(true)
+                .byte_fallback(true)
+                .build()
+                .map_err(tok_err)?;
             let mut hf = tokenizers::Tokenizer::new(bpe);
             // transformers always prepends `▁` to the first piece (it ignores add_space_prefix);
             // we honour the flag, which only matters for files that set it to false.
@@ -163,7 +181,10 @@ fn parse_merges(lines: &[&str], vocab: &Vocab) -> Result<Vec<(String, String)>> 
         .enumerate()
         .map(|(i, line)| {
             let bad = |why: String| tok_err(format!("tokenizer.ggml.merges[{i}] = {line:?}: {why}"));
-            let (a, b) = line.split_once(' ').filter(|(_, b)| !b.contains(' ')).ok_or_else(|| bad("not two tokens separated by one space".into()))?;
+            let (a, b) = line
+                .split_once(' ')
+                .filter(|(_, b)| !b.contains(' '))
+                .ok_or_else(|| bad("not two tokens separated by one space".into()))?;
             for t in [a.to_string(), b.to_string(), format!("{a}{b}")] {
                 if !vocab.contains_key(&t) {
                     return Err(bad(format!("{t:?} is not in the vocabulary")));
@@ -196,7 +217,11 @@ fn merges_from_scores(tokens: &[String], scores: &[f64], vocab: &Vocab) -> Vec<(
             }
         }
         local.sort_by_key(|&(li, ri, _, _)| (li, ri));
-        merges.extend(local.into_iter().map(|(_, _, l, r)| (l.to_string(), r.to_string(), score[t], l.chars().count(), r.chars().count())));
+        merges.extend(
+            local
+                .into_iter()
+                .map(|(_, _, l, r)| (l.to_string(), r.to_string(), score[t], l.chars().count(), r.chars().count())),
+        );
     }
     // Stable sort, descending on (score, len left, len right): like Python's sorted(reverse=True).
     merges.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.3.cmp(&a.3)).then(b.4.cmp(&a.4)));

@@ -77,7 +77,8 @@ impl Tokenizer {
     /// tokenizer_config.json when given.
     pub fn from_hf_json(tokenizer_json: &str, tokenizer_config_json: Option<&str>) -> Result<Tokenizer> {
         use std::str::FromStr;
-        let hf = tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
+        let hf =
+            tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let config: serde_json::Value = match tokenizer_config_json {
             Some(s) => serde_json::from_str(s).map_err(|e| tok_err(format!("tokenizer_config.json: {e}")))?,
             None => serde_json::Value::Null,
@@ -105,12 +106,20 @@ impl Tokenizer {
                 *slot = text;
             }
         }
-        let specials: Vec<u32> = hf.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
+        let specials: Vec<u32> =
+            hf.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
         let eos_ids = collect_eos_ids(eos, &[], &tokens, |id| specials.contains(&id));
         Ok(Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids))
     }
 
-    fn assemble(hf: tokenizers::Tokenizer, tokens: Vec<String>, bos: Option<u32>, eos: Option<u32>, add_bos: bool, eos_ids: Vec<u32>) -> Self {
+    fn assemble(
+        hf: tokenizers::Tokenizer,
+        tokens: Vec<String>,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        add_bos: bool,
+        eos_ids: Vec<u32>,
+    ) -> Self {
         Tokenizer { inner: Arc::new(Inner { hf, tokens, bos, eos, add_bos, eos_ids }) }
     }
 
@@ -166,7 +175,12 @@ impl Tokenizer {
 
 /// EOS first, then the explicit end-of-turn ids from metadata, then special tokens with a known
 /// end-of-turn name; no duplicates.
-fn collect_eos_ids(eos: Option<u32>, explicit: &[u32], tokens: &[String], is_special: impl Fn(u32) -> bool) -> Vec<u32> {
+fn collect_eos_ids(
+    eos: Option<u32>,
+    explicit: &[u32],
+    tokens: &[String],
+    is_special: impl Fn(u32) -> bool,
+) -> Vec<u32> {
     let mut out: Vec<u32> = eos.into_iter().chain(explicit.iter().copied()).collect();
     for name in END_OF_TURN {
         if let Some(id) = tokens.iter().position(|t| t == name) {

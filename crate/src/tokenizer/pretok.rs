@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Like Llama 3 but every digit on its own.
-const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const TEKKEN: &str = concat!(
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
@@ -54,7 +55,9 @@ fn regex_list(pre: &str) -> Option<Vec<&'static str>> {
             vec![r"\p{N}", GPT2]
         }
         "falcon" => vec![r"[\p{P}\$\+<=>\^~\|`]+", GPT2, "[0-9][0-9][0-9]"],
-        "deepseek-llm" => vec![r"[\r\n]", DEEPSEEK_LLM_LETTERS, r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", CJK, r"\p{N}+"],
+        "deepseek-llm" => {
+            vec![r"[\r\n]", DEEPSEEK_LLM_LETTERS, r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", CJK, r"\p{N}+"]
+        }
         "deepseek-coder" => vec![r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK, r"\p{N}"],
         "deepseek-v3" => vec![
             r"\p{N}{1,3}",
@@ -94,7 +97,20 @@ pub(super) fn byte_level(pre: &str) -> Result<PreTokenizerWrapper> {
 mod tests {
     #[test]
     fn every_listed_regex_compiles() {
-        for pre in ["gpt2", "llama-bpe", "qwen2", "smollm", "falcon", "deepseek-llm", "deepseek-coder", "deepseek-v3", "tekken", "gpt-4o", "bloom", "viking"] {
+        for pre in [
+            "gpt2",
+            "llama-bpe",
+            "qwen2",
+            "smollm",
+            "falcon",
+            "deepseek-llm",
+            "deepseek-coder",
+            "deepseek-v3",
+            "tekken",
+            "gpt-4o",
+            "bloom",
+            "viking",
+        ] {
             super::byte_level(pre).unwrap_or_else(|e| panic!("{pre}: {e}"));
         }
     }

@@ -50,7 +50,11 @@ impl StreamDecoder {
     /// Flush whatever is held back; dangling bytes become U+FFFD. The decoder is then empty.
     pub fn finish(&mut self) -> Result<String> {
         let text = self.tok.decode(&self.ids)?;
-        let rest = if text.starts_with(&self.context_text) { text[self.context_text.len()..].to_string() } else { String::new() };
+        let rest = if text.starts_with(&self.context_text) {
+            text[self.context_text.len()..].to_string()
+        } else {
+            String::new()
+        };
         self.ids.clear();
         self.context = 0;
         self.context_text.clear();

@@ -49,12 +49,14 @@ impl JsSource {
 
     async fn read_js(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let io = |m: String| Error::io(self.name.clone(), std::io::Error::other(m));
-        let f: js_sys::Function = js_sys::Reflect::get(&self.obj, &"read".into()).map_err(|_| io("no read()".into()))?.into();
+        let f: js_sys::Function =
+            js_sys::Reflect::get(&self.obj, &"read".into()).map_err(|_| io("no read()".into()))?.into();
         let p = f
             .call2(&self.obj, &JsValue::from_f64(offset as f64), &JsValue::from_f64(len as f64))
             .map_err(|e| io(format!("{e:?}")))?;
         let v = JsFuture::from(js_sys::Promise::resolve(&p)).await.map_err(|e| {
-            let msg = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
+            let msg =
+                e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
             io(msg)
         })?;
         let arr = js_sys::Uint8Array::new(&v);
@@ -138,7 +140,11 @@ pub struct WasmEngine {
 pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsValue) -> Result<WasmEngine, JsValue> {
     let src = JsSource::new(source).map_err(js_err)?;
     let o: JsLoadOptions = parse(&options_json, "load options").map_err(js_err)?;
-    let opts = LoadOptions { context_length: o.context_length, max_batch: o.max_batch.unwrap_or(LoadOptions::default().max_batch), ..Default::default() };
+    let opts = LoadOptions {
+        context_length: o.context_length,
+        max_batch: o.max_batch.unwrap_or(LoadOptions::default().max_batch),
+        ..Default::default()
+    };
     let cb = on_progress.dyn_into::<js_sys::Function>().ok();
     let mut progress = |phase: &str, done: u64, total: u64| {
         if let Some(f) = &cb {

@@ -1,12 +1,12 @@
 //! Reading model files: byte sources, GGUF, quantized block formats and their GPU packing.
 
-pub mod source;
 pub mod gguf;
 pub mod gguf_write;
-pub mod quant;
 pub mod kquants;
 pub mod pack;
+pub mod quant;
 pub mod reshape;
 pub mod safetensors;
+pub mod source;
 
 pub use source::{read_gguf_header, AsyncSource, ByteSource, FileSource, MemSource};

@@ -85,8 +85,7 @@ impl Layout {
 /// Repack `raw` (a row-major `rows` x `cols` tensor of `ty`, as stored in GGUF) into its GPU layout.
 pub fn pack(ty: GgmlType, rows: usize, cols: usize, raw: &[u8]) -> Result<Packed> {
     let name = ty.name();
-    let layout =
-        Layout::for_type(ty).ok_or_else(|| Error::Quant(format!("tensor type {name} is not supported")))?;
+    let layout = Layout::for_type(ty).ok_or_else(|| Error::Quant(format!("tensor type {name} is not supported")))?;
     let bs = ty.block_size() as usize;
     if !cols.is_multiple_of(bs) {
         return Err(Error::Quant(format!("{name} row length {cols} is not a multiple of its block size {bs}")));
@@ -96,19 +95,11 @@ pub fn pack(ty: GgmlType, rows: usize, cols: usize, raw: &[u8]) -> Result<Packed
         .ok_or_else(|| Error::Quant(format!("{name} tensor of {rows} x {cols} elements is too large")))?;
     let need = ty.bytes_for(n as u64).unwrap_or(u64::MAX);
     if need != raw.len() as u64 {
-        return Err(Error::Quant(format!(
-            "{name} tensor of {rows} x {cols} must be {need} bytes, got {}",
-            raw.len()
-        )));
+        return Err(Error::Quant(format!("{name} tensor of {rows} x {cols} must be {need} bytes, got {}", raw.len())));
     }
     let n_meta = if layout.block() > 1 { 2 * n / layout.block() } else { 0 };
-    let mut p = Packed {
-        layout,
-        rows,
-        cols,
-        words: Vec::with_capacity(layout.words_for(n)),
-        meta: Vec::with_capacity(n_meta),
-    };
+    let mut p =
+        Packed { layout, rows, cols, words: Vec::with_capacity(layout.words_for(n)), meta: Vec::with_capacity(n_meta) };
     let ts = ty.type_size() as usize;
     let blocks = raw.chunks_exact(ts);
     match ty {
@@ -178,9 +169,9 @@ fn f16_le(b: &[u8], off: usize) -> f32 {
 impl Packed {
     /// Appends quants (each < 16) in element order: nibble n of word w is element 8w+n.
     fn push_q4(&mut self, q: &[u8]) {
-        self.words.extend(q.chunks_exact(8).map(|c| {
-            c.iter().enumerate().fold(0u32, |w, (n, &v)| w | ((v as u32 & 0xF) << (4 * n)))
-        }));
+        self.words.extend(
+            q.chunks_exact(8).map(|c| c.iter().enumerate().fold(0u32, |w, (n, &v)| w | ((v as u32 & 0xF) << (4 * n)))),
+        );
     }
 
     /// Appends byte quants in element order: byte k of word w is element 4w+k.

@@ -121,7 +121,15 @@ impl GgmlType {
     pub fn is_supported(self) -> bool {
         matches!(
             self,
-            Self::F32 | Self::F16 | Self::BF16 | Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q4_K | Self::Q5_K | Self::Q6_K
+            Self::F32
+                | Self::F16
+                | Self::BF16
+                | Self::Q8_0
+                | Self::Q4_0
+                | Self::Q4_1
+                | Self::Q4_K
+                | Self::Q5_K
+                | Self::Q6_K
         )
     }
 
@@ -136,9 +144,9 @@ impl GgmlType {
 
 /// Dequantize `data` (whole blocks of `ty`) into `out` (exactly the element count).
 pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
-    let need = ty.bytes_for(out.len() as u64).ok_or_else(|| {
-        Error::Quant(format!("{} elements is not a whole number of {} blocks", out.len(), ty.name()))
-    })?;
+    let need = ty
+        .bytes_for(out.len() as u64)
+        .ok_or_else(|| Error::Quant(format!("{} elements is not a whole number of {} blocks", out.len(), ty.name())))?;
     if need != data.len() as u64 {
         return Err(Error::Quant(format!(
             "{} data for {} elements must be {need} bytes, got {}",

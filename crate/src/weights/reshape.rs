@@ -36,9 +36,13 @@ pub fn convert(p: &Packed, to: Layout) -> Result<Packed> {
         return Ok(p.clone());
     }
     match (p.layout, to) {
-        (_, Layout::F32) => {
-            Ok(Packed { layout: Layout::F32, rows: p.rows, cols: p.cols, words: p.dequantize().iter().map(|v| v.to_bits()).collect(), meta: vec![] })
-        }
+        (_, Layout::F32) => Ok(Packed {
+            layout: Layout::F32,
+            rows: p.rows,
+            cols: p.cols,
+            words: p.dequantize().iter().map(|v| v.to_bits()).collect(),
+            meta: vec![],
+        }),
         (Layout::Q4 { block } | Layout::Q8 { block }, Layout::Q8 { block: 16 }) if block % 16 == 0 => {
             let n = p.rows * p.cols;
             let mut q = Vec::with_capacity(n);
@@ -50,7 +54,8 @@ pub fn convert(p: &Packed, to: Layout) -> Result<Packed> {
             }
             let words = q.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             let split = block as usize / 16;
-            let meta = p.meta.chunks_exact(2).flat_map(|sm| std::iter::repeat_n([sm[0], sm[1]], split).flatten()).collect();
+            let meta =
+                p.meta.chunks_exact(2).flat_map(|sm| std::iter::repeat_n([sm[0], sm[1]], split).flatten()).collect();
             Ok(Packed { layout: to, rows: p.rows, cols: p.cols, words, meta })
         }
         (from, to) => Err(Error::Quant(format!("cannot convert layout {from:?} to {to:?} exactly"))),
@@ -78,7 +83,13 @@ pub fn concat_rows(parts: &[Packed]) -> Result<Packed> {
 /// New row i = old row perm[i].
 pub fn permute_rows(p: &Packed, perm: &[usize]) -> Packed {
     let (w, m) = (words_per_row(p), meta_per_row(p));
-    let mut out = Packed { layout: p.layout, rows: p.rows, cols: p.cols, words: Vec::with_capacity(p.words.len()), meta: Vec::with_capacity(p.meta.len()) };
+    let mut out = Packed {
+        layout: p.layout,
+        rows: p.rows,
+        cols: p.cols,
+        words: Vec::with_capacity(p.words.len()),
+        meta: Vec::with_capacity(p.meta.len()),
+    };
     for &r in perm {
         out.words.extend_from_slice(&p.words[r * w..(r + 1) * w]);
         out.meta.extend_from_slice(&p.meta[r * m..(r + 1) * m]);

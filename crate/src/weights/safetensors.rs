@@ -68,7 +68,10 @@ pub enum StDtype {
     F16,
     BF16,
     /// A known safetensors dtype the engine does not compute with (I64, U8, F8_E4M3, ...).
-    Other { name: String, bits: u64 },
+    Other {
+        name: String,
+        bits: u64,
+    },
 }
 
 impl StDtype {
@@ -163,24 +166,44 @@ impl<'de> Deserialize<'de> for Json {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Json;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result { f.write_str("JSON") }
-            fn visit_unit<E>(self) -> Result<Json, E> { Ok(Json::Null) }
-            fn visit_bool<E>(self, _: bool) -> Result<Json, E> { Ok(Json::Bool) }
-            fn visit_u64<E>(self, v: u64) -> Result<Json, E> { Ok(Json::U64(v)) }
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_unit<E>(self) -> Result<Json, E> {
+                Ok(Json::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Json, E> {
+                Ok(Json::Bool)
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+                Ok(Json::U64(v))
+            }
             // serde_json calls visit_i64 only for negative integers.
-            fn visit_i64<E>(self, _: i64) -> Result<Json, E> { Ok(Json::Num) }
-            fn visit_f64<E>(self, _: f64) -> Result<Json, E> { Ok(Json::Num) }
-            fn visit_str<E>(self, v: &str) -> Result<Json, E> { Ok(Json::Str(v.to_string())) }
-            fn visit_string<E>(self, v: String) -> Result<Json, E> { Ok(Json::Str(v)) }
+            fn visit_i64<E>(self, _: i64) -> Result<Json, E> {
+                Ok(Json::Num)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Json, E> {
+                Ok(Json::Num)
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+                Ok(Json::Str(v.to_string()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Json, E> {
+                Ok(Json::Str(v))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
                 let mut v = Vec::new();
-                while let Some(x) = a.next_element()? { v.push(x) }
+                while let Some(x) = a.next_element()? {
+                    v.push(x)
+                }
                 Ok(Json::Arr(v))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
                 // Keys in order, duplicates kept: the caller rejects them with a typed error.
                 let mut v = Vec::new();
-                while let Some(kv) = a.next_entry()? { v.push(kv) }
+                while let Some(kv) = a.next_entry()? {
+                    v.push(kv)
+                }
                 Ok(Json::Obj(v))
             }
         }
@@ -283,36 +306,61 @@ impl SafetensorsFile {
             .collect()
     }
 
-    fn entry(name: &str, tensor: String, value: Json, data_offset: u64, data_len: u64) -> Result<StTensor, SafetensorsError> {
+    fn entry(
+        name: &str,
+        tensor: String,
+        value: Json,
+        data_offset: u64,
+        data_len: u64,
+    ) -> Result<StTensor, SafetensorsError> {
         let bad = |msg: String| SafetensorsError::BadEntry { name: name.to_string(), tensor: tensor.clone(), msg };
         let Json::Obj(fields) = value else { return Err(bad(format!("entry is {}, not an object", value.kind()))) };
         if let Some(k) = find_duplicate(&fields) {
             return Err(bad(format!("duplicate field {k:?}")));
         }
         // Unknown fields are ignored, as serde's derive in the reference crate does.
-        let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v).ok_or_else(|| bad(format!("missing {k:?}")));
+        let field =
+            |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v).ok_or_else(|| bad(format!("missing {k:?}")));
         let dtype_name = match field("dtype")? {
             Json::Str(s) => s.clone(),
             other => return Err(bad(format!("dtype is {}, not a string", other.kind()))),
         };
-        let shape = u64_list(field("shape")?).ok_or_else(|| bad("shape is not a list of non-negative integers".into()))?;
+        let shape =
+            u64_list(field("shape")?).ok_or_else(|| bad("shape is not a list of non-negative integers".into()))?;
         let offs = u64_list(field("data_offsets")?).filter(|o| o.len() == 2);
-        let [begin, end] = offs.as_deref().map(|o| [o[0], o[1]]).ok_or_else(|| bad("data_offsets is not [begin, end]".into()))?;
+        let [begin, end] =
+            offs.as_deref().map(|o| [o[0], o[1]]).ok_or_else(|| bad("data_offsets is not [begin, end]".into()))?;
         let Some(dtype) = StDtype::parse(&dtype_name) else {
             return Err(SafetensorsError::UnknownDtype { name: name.to_string(), tensor, dtype: dtype_name });
         };
-        let bad_shape = |why| SafetensorsError::BadShape { name: name.to_string(), tensor: tensor.clone(), shape: shape.clone(), why };
+        let bad_shape = |why| SafetensorsError::BadShape {
+            name: name.to_string(),
+            tensor: tensor.clone(),
+            shape: shape.clone(),
+            why,
+        };
         let bits = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).and_then(|n| n.checked_mul(dtype.bits()));
         let bits = bits.ok_or_else(|| bad_shape("overflows when counting its bytes"))?;
         if bits % 8 != 0 {
             return Err(bad_shape("does not fill whole bytes"));
         }
-        let bad_off = |why: String| SafetensorsError::BadOffsets { name: name.to_string(), tensor: tensor.clone(), begin, end, why };
+        let bad_off = |why: String| SafetensorsError::BadOffsets {
+            name: name.to_string(),
+            tensor: tensor.clone(),
+            begin,
+            end,
+            why,
+        };
         if begin > end {
             return Err(bad_off("begin is after end".into()));
         }
         if end - begin != bits / 8 {
-            return Err(bad_off(format!("span {} bytes, but {} {shape:?} needs {}", end - begin, dtype.name(), bits / 8)));
+            return Err(bad_off(format!(
+                "span {} bytes, but {} {shape:?} needs {}",
+                end - begin,
+                dtype.name(),
+                bits / 8
+            )));
         }
         if end > data_len {
             return Err(bad_off(format!("past the end of the {data_len}-byte data section")));
@@ -321,7 +369,12 @@ impl SafetensorsFile {
     }
 
     /// Sorted by offset, tensors must tile the data section exactly.
-    fn check_coverage(name: &str, tensors: &[StTensor], data_offset: u64, data_len: u64) -> Result<(), SafetensorsError> {
+    fn check_coverage(
+        name: &str,
+        tensors: &[StTensor],
+        data_offset: u64,
+        data_len: u64,
+    ) -> Result<(), SafetensorsError> {
         let mut order: Vec<&StTensor> = tensors.iter().collect();
         order.sort_by_key(|t| (t.offset, t.n_bytes));
         let mut pos = data_offset;
@@ -350,8 +403,9 @@ impl SafetensorsFile {
     }
 
     pub fn read_tensor_bytes(&self, src: &dyn ByteSource, t: &StTensor) -> crate::Result<Vec<u8>> {
-        let n = usize::try_from(t.n_bytes)
-            .map_err(|_| crate::Error::Model(format!("{}: tensor {:?} is too large for this platform", self.name, t.name)))?;
+        let n = usize::try_from(t.n_bytes).map_err(|_| {
+            crate::Error::Model(format!("{}: tensor {:?} is too large for this platform", self.name, t.name))
+        })?;
         let mut buf = vec![0u8; n];
         src.read_at(t.offset, &mut buf)?;
         Ok(buf)
@@ -418,7 +472,9 @@ impl ShardIndex {
                     dup(&m, "weight_map")?;
                     let mut out = Vec::with_capacity(m.len());
                     for (tensor, file) in m {
-                        let Json::Str(file) = file else { return Err(bad(format!("weight_map[{tensor:?}] is not a string"))) };
+                        let Json::Str(file) = file else {
+                            return Err(bad(format!("weight_map[{tensor:?}] is not a string")));
+                        };
                         if !plain_file_name(&file) {
                             return Err(SafetensorsError::BadShardName { name: name.to_string(), file });
                         }

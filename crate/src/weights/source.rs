@@ -149,7 +149,10 @@ impl ByteSource for PrefixSource {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= self.total).ok_or_else(|| {
-            Error::io(self.name.clone(), std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past end of data"))
+            Error::io(
+                self.name.clone(),
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past end of data"),
+            )
         })?;
         buf.fill(0);
         let have = self.data.len() as u64;
