@@ -102,26 +102,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     // Weighted V: invocation (w, g) sums value word w over keys g, g + kg, ... with a fixed trip
     // count (positions past `end` have p = 0) so the compiler can unroll and overlap the loads.
     let v_base = (NKV + kvh) * CAP * words;
-    let lanes = min(words, WG);
+    // HD <= 256 gives at most 128 words: one pass covers every word. No loop around the barrier
+    // below: WGSL requires barriers in uniform control flow (browsers reject the shader).
+    let lanes = words;
     let kg = WG / lanes;
     let g = tid / lanes;
-    for (var w = tid % lanes; w < words; w += WG) {
-        var acc = vec2<f32>(0.0);
-        for (var i = g; i < CH; i += kg) {
-            let v = unpack2x16float(v_cache[v_base + ((c0 + i) % CAP) * words + w]);
-            acc += p_sh[i] * select(vec2<f32>(0.0), v, p_sh[i] != 0.0);
+    let w = tid % lanes;
+    var acc = vec2<f32>(0.0);
+    for (var i = g; i < CH; i += kg) {
+        let v = unpack2x16float(v_cache[v_base + ((c0 + i) % CAP) * words + w]);
+        acc += p_sh[i] * select(vec2<f32>(0.0), v, p_sh[i] != 0.0);
+    }
+    acc_sh[tid] = acc;
+    workgroupBarrier();
+    if (g == 0u) {
+        var total = acc;
+        for (var k = 1u; k < kg; k++) {
+            total += acc_sh[tid + k * lanes];
         }
-        acc_sh[tid] = acc;
-        workgroupBarrier();
-        if (g == 0u) {
-            var total = acc;
-            for (var k = 1u; k < kg; k++) {
-                total += acc_sh[tid + k * lanes];
-            }
-            part[slot + 2u * w] = total.x;
-            part[slot + 2u * w + 1u] = total.y;
-        }
-        workgroupBarrier();
+        part[slot + 2u * w] = total.x;
+        part[slot + 2u * w + 1u] = total.y;
     }
     if (tid == 0u) {
         part[slot + HD] = m;
