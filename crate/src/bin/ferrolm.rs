@@ -165,6 +165,11 @@ struct ChatArgs {
 }
 
 fn main() {
+    // Piping into `head` must end the program quietly, not panic on a closed stdout.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Generate(a) => generate(a),
