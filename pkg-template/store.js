@@ -308,15 +308,21 @@ export class ModelSource {
     if (this.expectedSha && !this.verified) this.hasher = 'pending';
   }
 
-  async saveManifest() {
-    if (!this.backend) return;
-    this.manifest.chunks = [...this.done].sort((a, b) => a - b);
-    this.manifest.updated = Date.now();
-    try {
-      await this.backend.putManifest(this.manifest);
-    } catch (e) {
-      this.cacheFailed(e);
-    }
+  // Manifest writes are chained: a chunk and its read-ahead neighbour finish together, and two
+  // overlapping writes could land out of order, leaving a stale list that forgets a cached chunk.
+  // Each write in the chain takes the chunk set as it is when it runs, so the last one is complete.
+  saveManifest() {
+    this.manifestWrite = (this.manifestWrite || Promise.resolve()).then(async () => {
+      if (!this.backend) return;
+      this.manifest.chunks = [...this.done].sort((a, b) => a - b);
+      this.manifest.updated = Date.now();
+      try {
+        await this.backend.putManifest(this.manifest);
+      } catch (e) {
+        this.cacheFailed(e);
+      }
+    });
+    return this.manifestWrite;
   }
 
   cacheFailed(e) {
@@ -499,10 +505,22 @@ export class ModelSource {
     return p;
   }
 
+  // The digest needs the chunks in order, but a read-ahead can finish before the chunk it follows:
+  // hold up to two early chunks instead of reading them again in finish().
   hashChunk(i, bytes) {
-    if (this.hasher && i === this.hashNext) {
-      if (this.hasher === 'pending') this.hasher = new this.Hasher();
-      this.hasher.update(bytes);
+    if (!this.hasher || i < this.hashNext) return bytes;
+    this.hashEarly ||= new Map();
+    if (i > this.hashNext) {
+      if (this.hashEarly.size < 2) this.hashEarly.set(i, bytes);
+      return bytes;
+    }
+    if (this.hasher === 'pending') this.hasher = new this.Hasher();
+    this.hasher.update(bytes);
+    this.hashNext++;
+    while (this.hashEarly.has(this.hashNext)) {
+      const b = this.hashEarly.get(this.hashNext);
+      this.hashEarly.delete(this.hashNext);
+      this.hasher.update(b);
       this.hashNext++;
     }
     return bytes;
