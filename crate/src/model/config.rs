@@ -186,11 +186,11 @@ impl ModelConfig {
         if self.n_heads == 0 || self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
             return bad(format!("{} attention heads cannot share {} KV heads", self.n_heads, self.n_kv_heads));
         }
-        if self.head_dim % 8 != 0 || self.head_dim > 256 {
+        if self.head_dim == 0 || self.head_dim % 8 != 0 || self.head_dim > 256 {
             return bad(format!("head dimension {} (must be a multiple of 8, at most 256)", self.head_dim));
         }
-        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
-            return bad(format!("rope dimension {} with head dimension {}", self.rope_dim, self.head_dim));
+        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 || !(self.rms_eps >= 0.0 && self.rms_eps.is_finite()) {
+            return bad(format!("rope dimension {} with head dimension {} (rms eps {})", self.rope_dim, self.head_dim, self.rms_eps));
         }
         if self.layer_sliding.len() != self.n_layers {
             return bad(format!("{} layer types for {} layers", self.layer_sliding.len(), self.n_layers));
