@@ -434,6 +434,42 @@ fn qkv_rope_fused_decode() {
     }
 }
 
+/// One query head against cached positions `keys` of KV head `kvh` (caches laid out
+/// [kv_head][position][head_dim] over `ctx` positions), in f64: softmax(q·k * scale, soft-capped) · v.
+#[allow(clippy::too_many_arguments)]
+fn cpu_attention(
+    q: &[f32],
+    kcache: &[f32],
+    vcache: &[f32],
+    kvh: usize,
+    ctx: usize,
+    keys: std::ops::Range<usize>,
+    scale: f64,
+    softcap: f32,
+) -> Vec<f32> {
+    let hd = q.len();
+    let scores: Vec<f64> = keys
+        .clone()
+        .map(|j| {
+            let k = &kcache[(kvh * ctx + j) * hd..][..hd];
+            let s = q.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale;
+            if softcap > 0.0 {
+                softcap as f64 * (s / softcap as f64).tanh()
+            } else {
+                s
+            }
+        })
+        .collect();
+    let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    (0..hd)
+        .map(|d| {
+            (keys.clone().zip(&e).map(|(j, p)| p * vcache[(kvh * ctx + j) * hd + d] as f64).sum::<f64>() / sum) as f32
+        })
+        .collect()
+}
+
 #[test]
 fn attention_causal_gqa() {
     let g = gpu();
@@ -454,25 +490,9 @@ fn attention_causal_gqa() {
             let end = pos0 + tt + 1;
             let start = if window > 0 && end > window as usize { end - window as usize } else { 0 };
             for h in 0..nh {
-                let kvh = h / (nh / nkv);
                 let qv = &qkv[tt * stride + h * hd..][..hd];
-                let scores: Vec<f64> = (start..end)
-                    .map(|j| {
-                        let kv = &kcache[(kvh * ctx + j) * hd..][..hd];
-                        let mut s = qv.iter().zip(kv).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale;
-                        if softcap > 0.0 {
-                            s = softcap as f64 * (s / softcap as f64).tanh();
-                        }
-                        s
-                    })
-                    .collect();
-                let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-                let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-                let sum: f64 = e.iter().sum();
-                for d in 0..hd {
-                    let o: f64 = (start..end).zip(&e).map(|(j, p)| p * vcache[(kvh * ctx + j) * hd + d] as f64).sum();
-                    want[(tt * nh + h) * hd + d] = (o / sum) as f32;
-                }
+                let o = cpu_attention(qv, kcache, vcache, h / (nh / nkv), ctx, start..end, scale, softcap);
+                want[(tt * nh + h) * hd..][..hd].copy_from_slice(&o);
             }
         }
         let (qb, kvb, ob) = (buf_f32(&g, &qkv), buf_u32(&g, &pack_f16(&cache)), poisoned(&g, want.len()));
@@ -580,29 +600,8 @@ fn split_kv_decode_attention() {
         let start = if window > 0 && end > window as usize { end - window as usize } else { 0 };
         let mut want = vec![0f32; nh * hd];
         for h in 0..nh {
-            let kvh = h / (nh / nkv);
-            let scores: Vec<f64> = (start..end)
-                .map(|j| {
-                    let mut s = q[h * hd..][..hd]
-                        .iter()
-                        .zip(&kcache[(kvh * ctx + j) * hd..][..hd])
-                        .map(|(a, b)| *a as f64 * *b as f64)
-                        .sum::<f64>()
-                        * scale;
-                    if softcap > 0.0 {
-                        s = softcap as f64 * (s / softcap as f64).tanh();
-                    }
-                    s
-                })
-                .collect();
-            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-            let sum: f64 = e.iter().sum();
-            for d in 0..hd {
-                want[h * hd + d] =
-                    ((start..end).zip(&e).map(|(j, p)| p * vcache[(kvh * ctx + j) * hd + d] as f64).sum::<f64>() / sum)
-                        as f32;
-            }
+            let o = cpu_attention(&q[h * hd..][..hd], kcache, vcache, h / (nh / nkv), ctx, start..end, scale, softcap);
+            want[h * hd..][..hd].copy_from_slice(&o);
         }
         // The logical cache, laid into `cap` slots (only the positions a window keeps survive).
         let mut ring = vec![0f32; 2 * nkv * cap * hd];

@@ -189,8 +189,12 @@ impl ModelConfig {
         if self.head_dim == 0 || self.head_dim % 8 != 0 || self.head_dim > 256 {
             return bad(format!("head dimension {} (must be a multiple of 8, at most 256)", self.head_dim));
         }
-        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 || !(self.rms_eps >= 0.0 && self.rms_eps.is_finite()) {
-            return bad(format!("rope dimension {} with head dimension {} (rms eps {})", self.rope_dim, self.head_dim, self.rms_eps));
+        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 || !(self.rms_eps >= 0.0 && self.rms_eps.is_finite())
+        {
+            return bad(format!(
+                "rope dimension {} with head dimension {} (rms eps {})",
+                self.rope_dim, self.head_dim, self.rms_eps
+            ));
         }
         if self.layer_sliding.len() != self.n_layers {
             return bad(format!("{} layer types for {} layers", self.layer_sliding.len(), self.n_layers));
