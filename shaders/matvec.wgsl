@@ -43,6 +43,21 @@ fn nw8(k: u32) -> W8 {
 }
 
 // Which matrix row dot-row `d` (0..R) of workgroup `wg` computes, and whether it exists.
+// Eight weights of `row` from element 8 * k8 times x (normalized when NORM), and x's sum of squares.
+fn chunk(row: u32, k8: u32) -> vec2<f32> {
+    var a0 = x[2u * k8];
+    var a1 = x[2u * k8 + 1u];
+    var ss = 0.0;
+    if (NORM) {
+        ss = dot(a0, a0) + dot(a1, a1);
+        let nw = nw8(k8 * 8u);
+        a0 *= nw.lo;
+        a1 *= nw.hi;
+    }
+    let w = load8(row * K + k8 * 8u);
+    return vec2<f32>(dot(w.lo, a0) + dot(w.hi, a1), ss);
+}
+
 fn row_of(wg: u32, d: u32) -> u32 {
     if (EPI == 2u) {
         let j = wg * (R / 2u) + d % (R / 2u);
@@ -69,17 +84,18 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     var acc = 0.0;
     var ss = 0.0;
     if (valid) {
-        for (var k8 = t; k8 < K / 8u; k8 += TPR) {
-            var a0 = x[2u * k8];
-            var a1 = x[2u * k8 + 1u];
-            if (NORM) {
-                ss += dot(a0, a0) + dot(a1, a1);
-                let nw = nw8(k8 * 8u);
-                a0 *= nw.lo;
-                a1 *= nw.hi;
-            }
-            let w = load8(row * K + k8 * 8u);
-            acc += dot(w.lo, a0) + dot(w.hi, a1);
+        // Two independent chunks per step so their loads are in flight together.
+        var k8 = t;
+        for (; k8 + TPR < K / 8u; k8 += 2u * TPR) {
+            let p0 = chunk(row, k8);
+            let p1 = chunk(row, k8 + TPR);
+            acc += p0.x + p1.x;
+            ss += p0.y + p1.y;
+        }
+        if (k8 < K / 8u) {
+            let p = chunk(row, k8);
+            acc += p.x;
+            ss += p.y;
         }
     }
     let s = reduce(vec2<f32>(acc, ss), lid);
