@@ -3,7 +3,8 @@
 //         is reduced alongside the dot products, so the norm costs no extra dispatch.
 //   EPI 0: y[n] = v (+ bias)         EPI 1: y[n] += v (residual add)
 //   EPI 2: GLU: y[j] = act(gate_j) * up_j with gate rows [0, N/2) and up rows [N/2, N).
-// R dot rows per workgroup, 32 threads per row, reduced by `reduce` (reduce_*.wgsl).
+// R dot rows per workgroup, 32 threads per row (`row_dot`, rowdot.wgsl), reduced by `reduce`
+// (reduce_*.wgsl).
 
 struct Step {
     n_tokens: u32,
@@ -34,30 +35,7 @@ override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
 
 var<workgroup> rows_out: array<f32, 8>;
 
-fn nw8(k: u32) -> W8 {
-    var r: W8;
-    let b = NW_OFF + k;
-    r.lo = vec4<f32>(vecs[b], vecs[b + 1u], vecs[b + 2u], vecs[b + 3u]) + NW_OFFSET;
-    r.hi = vec4<f32>(vecs[b + 4u], vecs[b + 5u], vecs[b + 6u], vecs[b + 7u]) + NW_OFFSET;
-    return r;
-}
-
 // Which matrix row dot-row `d` (0..R) of workgroup `wg` computes, and whether it exists.
-// Eight weights of `row` from element 8 * k8 times x (normalized when NORM), and x's sum of squares.
-fn chunk(row: u32, k8: u32) -> vec2<f32> {
-    var a0 = x[2u * k8];
-    var a1 = x[2u * k8 + 1u];
-    var ss = 0.0;
-    if (NORM) {
-        ss = dot(a0, a0) + dot(a1, a1);
-        let nw = nw8(k8 * 8u);
-        a0 *= nw.lo;
-        a1 *= nw.hi;
-    }
-    let w = load8(row * K + k8 * 8u);
-    return vec2<f32>(dot(w.lo, a0) + dot(w.hi, a1), ss);
-}
-
 fn row_of(wg: u32, d: u32) -> u32 {
     if (EPI == 2u) {
         let j = wg * (R / 2u) + d % (R / 2u);
@@ -81,24 +59,11 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let t = lid % TPR;
     let valid = row_valid(wg, d);
     let row = row_of(wg, d);
-    var acc = 0.0;
-    var ss = 0.0;
+    var part = vec2<f32>(0.0);
     if (valid) {
-        // Two independent chunks per step so their loads are in flight together.
-        var k8 = t;
-        for (; k8 + TPR < K / 8u; k8 += 2u * TPR) {
-            let p0 = chunk(row, k8);
-            let p1 = chunk(row, k8 + TPR);
-            acc += p0.x + p1.x;
-            ss += p0.y + p1.y;
-        }
-        if (k8 < K / 8u) {
-            let p = chunk(row, k8);
-            acc += p.x;
-            ss += p.y;
-        }
+        part = row_dot(row, t, NORM);
     }
-    let s = reduce(vec2<f32>(acc, ss), lid);
+    let s = reduce(part, lid);
     var v = s.x;
     if (NORM) {
         v *= 1.0 / sqrt(s.y / f32(K) + EPS);

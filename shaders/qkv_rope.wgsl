@@ -34,18 +34,6 @@ override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
 
 var<workgroup> rows_out: array<f32, 8>;
 
-// Eight weights of `row` from element 8 * k8 times the normalized x, and x's sum of squares.
-fn chunk(row: u32, k8: u32) -> vec2<f32> {
-    var a0 = x[2u * k8];
-    var a1 = x[2u * k8 + 1u];
-    let ss = dot(a0, a0) + dot(a1, a1);
-    let b = NW_OFF + k8 * 8u;
-    a0 *= vec4<f32>(vecs[b], vecs[b + 1u], vecs[b + 2u], vecs[b + 3u]) + NW_OFFSET;
-    a1 *= vec4<f32>(vecs[b + 4u], vecs[b + 5u], vecs[b + 6u], vecs[b + 7u]) + NW_OFFSET;
-    let w = load8(row * K + k8 * 8u);
-    return vec2<f32>(dot(w.lo, a0) + dot(w.hi, a1), ss);
-}
-
 @compute @workgroup_size(R * 32u)
 fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let n = QD + 2u * KVD;
@@ -53,24 +41,11 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
     let t = lid % TPR;
     let row = wgid.x * R + d;
     let valid = row < n;
-    var acc = 0.0;
-    var ss = 0.0;
+    var part = vec2<f32>(0.0);
     if (valid) {
-        // Two independent chunks per step so their loads are in flight together.
-        var k8 = t;
-        for (; k8 + TPR < K / 8u; k8 += 2u * TPR) {
-            let p0 = chunk(row, k8);
-            let p1 = chunk(row, k8 + TPR);
-            acc += p0.x + p1.x;
-            ss += p0.y + p1.y;
-        }
-        if (k8 < K / 8u) {
-            let p = chunk(row, k8);
-            acc += p.x;
-            ss += p.y;
-        }
+        part = row_dot(row, t, true);
     }
-    let s = reduce(vec2<f32>(acc, ss), lid);
+    let s = reduce(part, lid);
     var v = s.x * (1.0 / sqrt(s.y / f32(K) + EPS));
     if (HAS_BIAS && valid) {
         v += vecs[BIAS_OFF + row];

@@ -8,6 +8,7 @@ use std::rc::Rc;
 const WEIGHTS: &str = include_str!("../../../shaders/weights.wgsl");
 const REDUCE_SG: &str = include_str!("../../../shaders/reduce_sg.wgsl");
 const REDUCE_WG: &str = include_str!("../../../shaders/reduce_wg.wgsl");
+const ROWDOT: &str = include_str!("../../../shaders/rowdot.wgsl");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
@@ -31,7 +32,8 @@ enum Slot {
     Uniform,
 }
 
-/// Shared WGSL a kernel is assembled with: the weight dequantizer and/or the row reduction.
+/// Shared WGSL a kernel is assembled with: the weight dequantizer, and for the decode
+/// matrix-vector kernels the row reduction and the row dot product.
 struct Source {
     body: &'static str,
     weights: bool,
@@ -166,6 +168,9 @@ impl Pipelines {
                 }
                 if src.weights {
                     code.push_str(WEIGHTS);
+                }
+                if src.reduce {
+                    code.push_str(ROWDOT);
                 }
                 code.push_str(src.body);
                 device.create_shader_module(wgpu::ShaderModuleDescriptor {
