@@ -91,7 +91,6 @@ impl Kernel {
 pub struct Pipeline {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: Rc<wgpu::BindGroupLayout>,
-    pub kernel: Kernel,
 }
 
 /// Compiled pipelines. Single-threaded by design (the engine drives one device from one thread,
@@ -190,7 +189,7 @@ impl Pipelines {
             },
             cache: None,
         });
-        let p = Rc::new(Pipeline { pipeline, layout: bgl, kernel: k });
+        let p = Rc::new(Pipeline { pipeline, layout: bgl });
         self.cache.borrow_mut().insert(key, p.clone());
         p
     }

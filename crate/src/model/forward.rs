@@ -348,11 +348,8 @@ pub fn build(
     context: usize,
     batched: bool,
 ) -> Result<Program> {
-    let rows_per_wg = std::env::var("FERROLM_MV_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|r| [2, 4, 8].contains(r))
-        .unwrap_or(8);
+    // 2, 4 and 8 rows per workgroup measured the same on the H200 (BENCHMARKS.md).
+    let rows_per_wg = 8;
     let mut p = Builder { rows_per_wg, gpu, cfg, ops: Vec::new(), step: &bf.step };
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
