@@ -1,6 +1,8 @@
 // Greedy sampling on the GPU: the index of the largest logit (lowest index on ties, like
 // torch.argmax) goes to ids[0], where the next step's embedding reads it, and to
-// out[slot] for the CPU to read back without stalling the next step.
+// out[slot] for the CPU to read back without stalling the next step. The LM head's matvec
+// workgroups left their own (largest value, index) pairs after the V logits (matvec.wgsl
+// ARGMAX); this finishes over those P pairs, so no single workgroup scans the vocabulary.
 
 struct Step {
     n_tokens: u32,
@@ -10,6 +12,7 @@ struct Step {
 }
 
 override V: u32;
+override P: u32;
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> ids: array<u32>;
@@ -23,11 +26,12 @@ var<workgroup> best_i: array<u32, 256>;
 fn main(@builtin(local_invocation_index) lid: u32) {
     var bv = -3.4e38;
     var bi = 0xffffffffu;
-    for (var i = lid; i < V; i += 256u) {
-        let v = logits[i];
-        if (v > bv) {
+    for (var i = lid; i < P; i += 256u) {
+        let v = logits[V + 2u * i];
+        let j = bitcast<u32>(logits[V + 2u * i + 1u]);
+        if (v > bv || (v == bv && j < bi)) {
             bv = v;
-            bi = i;
+            bi = j;
         }
     }
     best_v[lid] = bv;

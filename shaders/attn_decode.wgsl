@@ -53,6 +53,21 @@ fn reduce_wg(v: f32, tid: u32, max_op: bool) -> f32 {
     return r;
 }
 
+fn kdot(kw: vec4<u32>, i: u32) -> f32 {
+    return dot(q_sh[2u * i], vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y))) +
+           dot(q_sh[2u * i + 1u], vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w)));
+}
+
+fn vload(base: u32, pos: u32, w: u32) -> vec2<f32> {
+    return unpack2x16float(v_cache[base + (pos % CAP) * (HD / 2u) + w]);
+}
+
+// p_i * v, with positions outside the window (p = 0) contributing exactly nothing even when
+// their stale cache slot holds inf or NaN.
+fn pv(i: u32, v: vec2<f32>) -> vec2<f32> {
+    return p_sh[i] * select(vec2<f32>(0.0), v, p_sh[i] != 0.0);
+}
+
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let h = wg.x;
@@ -78,11 +93,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var s = -3.0e38;
     if (tid < CH && j >= start && j < end) {
         let kb = (kvh * CAP + j % CAP) * (words / 4u);
+        // Four loads issued before any is used: a loop that consumes each load right away
+        // waits one memory latency per iteration (measured: 13 us per dispatch at 640 keys).
         var d = 0.0;
-        for (var i = 0u; i < words / 4u; i++) {
-            let kw = k_cache[kb + i];
-            d += dot(q_sh[2u * i], vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y)))
-               + dot(q_sh[2u * i + 1u], vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w)));
+        var i = 0u;
+        for (; i + 4u <= words / 4u; i += 4u) {
+            let k0 = k_cache[kb + i];
+            let k1 = k_cache[kb + i + 1u];
+            let k2 = k_cache[kb + i + 2u];
+            let k3 = k_cache[kb + i + 3u];
+            d += kdot(k0, i) + kdot(k1, i + 1u) + kdot(k2, i + 2u) + kdot(k3, i + 3u);
+        }
+        for (; i < words / 4u; i++) {
+            d += kdot(k_cache[kb + i], i);
         }
         if (SOFTCAP > 0.0) {
             d = SOFTCAP * tanh(d / SOFTCAP);
@@ -109,9 +132,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let g = tid / lanes;
     let w = tid % lanes;
     var acc = vec2<f32>(0.0);
-    for (var i = g; i < CH; i += kg) {
-        let v = unpack2x16float(v_cache[v_base + ((c0 + i) % CAP) * words + w]);
-        acc += p_sh[i] * select(vec2<f32>(0.0), v, p_sh[i] != 0.0);
+    var i = g;
+    for (; i + 7u * kg < CH; i += 8u * kg) {
+        let v0 = vload(v_base, c0 + i, w);
+        let v1 = vload(v_base, c0 + i + kg, w);
+        let v2 = vload(v_base, c0 + i + 2u * kg, w);
+        let v3 = vload(v_base, c0 + i + 3u * kg, w);
+        let v4 = vload(v_base, c0 + i + 4u * kg, w);
+        let v5 = vload(v_base, c0 + i + 5u * kg, w);
+        let v6 = vload(v_base, c0 + i + 6u * kg, w);
+        let v7 = vload(v_base, c0 + i + 7u * kg, w);
+        acc += pv(i, v0) + pv(i + kg, v1) + pv(i + 2u * kg, v2) + pv(i + 3u * kg, v3) + pv(i + 4u * kg, v4) +
+               pv(i + 5u * kg, v5) + pv(i + 6u * kg, v6) + pv(i + 7u * kg, v7);
+    }
+    for (; i < CH; i += kg) {
+        acc += pv(i, vload(v_base, c0 + i, w));
     }
     acc_sh[tid] = acc;
     workgroupBarrier();

@@ -3,8 +3,9 @@
 //         is reduced alongside the dot products, so the norm costs no extra dispatch.
 //   EPI 0: y[n] = v (+ bias)         EPI 1: y[n] += v (residual add)
 //   EPI 2: GLU: y[j] = act(gate_j) * up_j with gate rows [0, N/2) and up rows [N/2, N).
-// R dot rows per workgroup, 32 threads per row (`row_dot`, rowdot.wgsl), reduced by `reduce`
-// (reduce_*.wgsl).
+// Each 32-invocation row group computes (a slice of) four rows (`dot4`, rowdot.wgsl; for GLU the
+// gate and up rows of two outputs), reduced by `reduce4` (reduce_*.wgsl) and `join_slices`;
+// WG / 32 / S blocks of four rows per workgroup.
 
 struct Step {
     n_tokens: u32,
@@ -24,78 +25,91 @@ override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;     // bias offset in `vecs`
 override GELU: bool = false;
 override SOFTCAP: f32 = 0.0;    // EPI 0: y = SOFTCAP * tanh(v / SOFTCAP) (Gemma 2's final logits)
-
-const TPR: u32 = 32u;
-override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
+override WG: u32 = 64u;         // invocations per workgroup: 32 to 256, a multiple of 32 * S
+override ARGMAX: bool = false;  // EPI 0: also each workgroup's largest output (greedy decoding)
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> rows_out: array<f32, 8>;
+var<workgroup> best_v: array<f32, 32>;
+var<workgroup> best_i: array<u32, 32>;
 
-// Which matrix row dot-row `d` (0..R) of workgroup `wg` computes, and whether it exists.
-fn row_of(wg: u32, d: u32) -> u32 {
-    if (EPI == 2u) {
-        let j = wg * (R / 2u) + d % (R / 2u);
-        return j + (d / (R / 2u)) * (N / 2u);
-    }
-    return wg * R + d;
-}
-
-fn row_valid(wg: u32, d: u32) -> bool {
-    if (EPI == 2u) {
-        return wg * (R / 2u) + d % (R / 2u) < N / 2u;
-    }
-    return wg * R + d < N;
-}
-
-@compute @workgroup_size(R * 32u)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let wg = wgid.x + wgid.y * nwg.x;
-    let d = lid / TPR;
-    let t = lid % TPR;
-    let valid = row_valid(wg, d);
-    let row = row_of(wg, d);
-    var part = vec2<f32>(0.0);
-    if (valid) {
-        part = row_dot(row, t, NORM);
-    }
-    let s = reduce(part, lid);
-    var v = s.x;
-    if (NORM) {
-        v *= 1.0 / sqrt(s.y / f32(K) + EPS);
-    }
-    if (HAS_BIAS) {
-        v += vecs[BIAS_OFF + row];
-    }
+    let wgi = wgid.x + wgid.y * nwg.x;
+    let grp = lid / 32u;
+    let slot = grp / S;                       // row block within the workgroup
+    let g = wgi * (WG / 32u / S) + slot;      // row block within the matrix
+    let slice = grp % S;
+    let t = lid % 32u;
+    // Rows of this block, and (for the epilogue) how many outputs it owns.
+    var rows = vec4<u32>(4u * g) + vec4<u32>(0u, 1u, 2u, 3u);
     if (EPI == 2u) {
-        if (t == 0u) {
-            rows_out[d] = v;
-        }
-        workgroupBarrier();
-        if (t == 0u && d < R / 2u && valid) {
-            let g = rows_out[d];
-            let u = rows_out[d + R / 2u];
+        let j = 2u * g;
+        rows = vec4<u32>(j, j + 1u, j + N / 2u, j + 1u + N / 2u);
+    }
+    let first = rows.x;
+    let d = dot4(min(rows, vec4<u32>(N - 1u)), lid, slice, NORM);
+    var v = join_slices(reduce4(d.v, lid), lid);
+    if (NORM) {
+        v *= 1.0 / sqrt(d.ss / f32(K) + EPS);
+    }
+    // No early returns: the argmax epilogue below has a barrier, which needs uniform control flow.
+    if (EPI == 2u) {
+        if (slice == 0u && t < 2u && first + t < N / 2u) {
+            let gt = v[t];
+            let up = v[t + 2u];
             var a: f32;
             if (GELU) {
-                a = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+                a = 0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt)));
             } else {
-                a = g / (1.0 + exp(-g));
+                a = gt / (1.0 + exp(-gt));
             }
-            y[row] = a * u;
+            y[first + t] = a * up;
         }
-        return;
+    } else {
+        store(v, first, slice, t, slot, wgi);
     }
-    if (t == 0u && valid) {
-        if (EPI == 1u) {
-            v += y[row];
+}
+
+fn store(v: vec4<f32>, first: u32, slice: u32, t: u32, slot: u32, wgi: u32) {
+    let row = first + min(t, 3u);
+    var o = v[min(t, 3u)];
+    if (HAS_BIAS) {
+        o += vecs[BIAS_OFF + min(row, N - 1u)];
+    }
+    let owner = slice == 0u && t < 4u && row < N;
+    if (EPI == 1u && owner) {
+        o += y[row];
+    }
+    if (SOFTCAP > 0.0) {
+        o = SOFTCAP * tanh(o / SOFTCAP);
+    }
+    if (owner) {
+        y[row] = o;
+    }
+    if (ARGMAX) {
+        // This workgroup's largest value (lowest row on ties, NaN never wins) goes to
+        // y[N + 2 wgi ..], for argmax.wgsl to finish over all workgroups.
+        if (slice == 0u && t < 4u) {
+            best_v[slot * 4u + t] = select(-3.4e38, o, owner);
+            best_i[slot * 4u + t] = select(0xffffffffu, row, owner);
         }
-        if (SOFTCAP > 0.0) {
-            v = SOFTCAP * tanh(v / SOFTCAP);
+        workgroupBarrier();
+        if (slot == 0u && slice == 0u && t == 0u) {
+            var bv = -3.4e38;
+            var bi = 0xffffffffu;
+            for (var i = 0u; i < 4u * WG / 32u / S; i++) {
+                if (best_v[i] > bv) {
+                    bv = best_v[i];
+                    bi = best_i[i];
+                }
+            }
+            y[N + 2u * wgi] = bv;
+            y[N + 2u * wgi + 1u] = bitcast<f32>(bi);
         }
-        y[row] = v;
     }
 }

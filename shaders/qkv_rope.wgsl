@@ -1,7 +1,8 @@
 // Decode: q, k and v of one token in one dispatch. RMS-norm of x on the fly, the concatenated
 // [q; k; v] matrix times x (+ bias), rotary embedding on (2i, 2i+1) row pairs (the loader
 // permutes NeoX-style weights into this order), q stored for attention, k and v appended to this
-// layer's KV cache as packed f16 pairs. R rows (R/2 pairs) per workgroup, 32 threads a row.
+// layer's KV cache as packed f16 pairs. Four rows (two pairs) per block of S 32-invocation row
+// groups (`dot4`, rowdot.wgsl).
 
 struct Step {
     n_tokens: u32,
@@ -22,8 +23,7 @@ override NW_OFF: u32 = 0u;
 override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;
 
-const TPR: u32 = 32u;
-override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
+override WG: u32 = 64u;         // invocations per workgroup: 32 to 256, a multiple of 32 * S
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> q: array<f32>;
@@ -32,35 +32,29 @@ override R: u32 = 8u;          // rows per workgroup (2..8), 32 invocations each
 @group(0) @binding(6) var<storage, read_write> kv: array<u32>;   // [2][NKV][CAP][HD/2]
 @group(0) @binding(7) var<storage, read> rope: array<vec2<f32>>; // [pos][ROT/2] (cos, sin)
 
-var<workgroup> rows_out: array<f32, 8>;
-
-@compute @workgroup_size(R * 32u)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let n = QD + 2u * KVD;
-    let d = lid / TPR;
-    let t = lid % TPR;
-    let row = wgid.x * R + d;
-    let valid = row < n;
-    var part = vec2<f32>(0.0);
-    if (valid) {
-        part = row_dot(row, t, true);
+    let grp = lid / 32u;
+    let g = wgid.x * (WG / 32u / S) + grp / S;
+    let slice = grp % S;
+    let t = lid % 32u;
+    let first = 4u * g;
+    let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(n - 1u));
+    let d = dot4(rows, lid, slice, true);
+    var v = join_slices(reduce4(d.v, lid), lid) * (1.0 / sqrt(d.ss / f32(K) + EPS));
+    if (HAS_BIAS) {
+        v += vec4<f32>(vecs[BIAS_OFF + rows.x], vecs[BIAS_OFF + rows.y], vecs[BIAS_OFF + rows.z],
+                       vecs[BIAS_OFF + rows.w]);
     }
-    let s = reduce(part, lid);
-    var v = s.x * (1.0 / sqrt(s.y / f32(K) + EPS));
-    if (HAS_BIAS && valid) {
-        v += vecs[BIAS_OFF + row];
-    }
-    if (t == 0u) {
-        rows_out[d] = v;
-    }
-    workgroupBarrier();
-    // One thread per row pair finishes: rotate (q, k) and store.
-    if (t != 0u || d % 2u != 0u || !valid) {
+    // Invocations 0 and 1 finish the group's two row pairs: rotate (q, k) and store.
+    let row = first + 2u * t;
+    if (slice != 0u || t >= 2u || row >= n) {
         return;
     }
+    var a = v[2u * t];
+    var b = v[2u * t + 1u];
     let pos = step.pos0;
-    var a = rows_out[d];
-    var b = rows_out[d + 1u];
     let is_v = row >= QD + KVD;
     let dim = row % HD;
     if (!is_v && dim < ROT) {

@@ -1,9 +1,9 @@
-// Row reduction over 32 consecutive invocations through workgroup memory: the portable path.
-// Every invocation of the workgroup must call it (it has barriers).
+// Sum over a row group of 32 consecutive invocations through workgroup memory: the portable
+// path. Every invocation of the workgroup must call it (it has barriers).
 
-var<workgroup> red: array<vec2<f32>, 256>;
+var<workgroup> red: array<vec4<f32>, 256>;
 
-fn reduce(v: vec2<f32>, lid: u32) -> vec2<f32> {
+fn reduce4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     red[lid] = v;
     workgroupBarrier();
     for (var s = 16u; s > 0u; s >>= 1u) {
@@ -12,5 +12,8 @@ fn reduce(v: vec2<f32>, lid: u32) -> vec2<f32> {
         }
         workgroupBarrier();
     }
-    return red[lid - lid % 32u];
+    let r = red[lid - lid % 32u];
+    // The next call reuses `red`: nobody may write it before everyone has read.
+    workgroupBarrier();
+    return r;
 }

@@ -1,32 +1,268 @@
-// One matrix row times the activation vector for the decode kernels (matvec, qkv_rope): the
-// 32 invocations of a row stride over 8-weight chunks, two independent chunks per step so their
-// loads are in flight together. With `norm`, x is RMS-normalized on the fly: it is scaled by the
-// norm weight (vecs[NW_OFF..] + NW_OFFSET) here and the sum of squares comes back for the caller
-// to finish 1/rms after the row reduction. Returns (partial dot, partial sum of squares).
-// Expects the kernel to declare K, NW_OFF, NW_OFFSET, `x` (binding 2) and `vecs` (binding 4).
+// Four matrix rows times the activation vector, for the decode kernels (matvec, qkv_rope).
+// The 32 invocations of a row group stride over the rows in chunks (32 weights = one quant
+// block, or 8 float weights). Each invocation reads its activation chunk once and uses it for
+// all four rows, so every weight costs part of one 128-bit load and no activation reload.
+//
+// Quantized blocks are decoded without int->float conversions (quarter rate on many GPUs):
+// OR-ing an integer below 2^23 into the mantissa of 2^23 gives exactly 2^23 + that integer, and
+// masking a nibble in place (no shift) leaves q * 16^i, which is undone by scaling the activation
+// by 16^-i once per chunk (exact: powers of two). Per block, sum(w*x) = s * sum(q*x) + o * sum(x).
+//
+// With `norm`, x is RMS-normalized on the fly: scaled by the norm weight (vecs[NW_OFF..] +
+// NW_OFFSET) as it is staged, and the sum of squares comes back for the caller to apply 1/rms
+// after the reduction. Expects the kernel to declare K, WG, NW_OFF, NW_OFFSET, `x` (binding 2,
+// vec4s) and `vecs` (binding 4). Layouts: crate/src/weights/pack.rs.
 
-fn chunk(row: u32, k8: u32, norm: bool) -> vec2<f32> {
-    var a0 = x[2u * k8];
-    var a1 = x[2u * k8 + 1u];
-    var ss = 0.0;
-    if (norm) {
-        ss = dot(a0, a0) + dot(a1, a1);
-        let b = NW_OFF + k8 * 8u;
-        a0 *= vec4<f32>(vecs[b], vecs[b + 1u], vecs[b + 2u], vecs[b + 3u]) + NW_OFFSET;
-        a1 *= vec4<f32>(vecs[b + 4u], vecs[b + 5u], vecs[b + 6u], vecs[b + 7u]) + NW_OFFSET;
-    }
-    let w = load8(row * K + k8 * 8u);
-    return vec2<f32>(dot(w.lo, a0) + dot(w.hi, a1), ss);
+override LAYOUT: u32 = 0u;   // 0 F32, 1 F16, 2 BF16, 3 Q4, 4 Q8 (as weights.wgsl)
+override QBLOCK: u32 = 32u;
+
+@group(0) @binding(0) var<storage, read> w4: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> wm: array<vec2<f32>>;
+
+const MAGIC = vec4<u32>(0x4b000000u);
+const TWO23: f32 = 8388608.0;
+const Q4_MASK = vec4<u32>(0xfu, 0xf0u, 0xf00u, 0xf000u);
+const Q4_SCALE = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625);
+const Q8_MASK = vec4<u32>(0xffu, 0xff00u, 0xffu, 0xff00u);
+const Q8_SCALE = vec4<f32>(1.0, 0.00390625, 1.0, 0.00390625);
+
+struct Dots {
+    v: vec4<f32>,
+    ss: f32,
 }
 
-fn row_dot(row: u32, t: u32, norm: bool) -> vec2<f32> {
-    var acc = vec2<f32>(0.0);
-    var k8 = t;
-    for (; k8 + 32u < K / 8u; k8 += 64u) {
-        acc += chunk(row, k8, norm) + chunk(row, k8 + 32u, norm);
+// Weights per chunk: a whole quant block, or 8 floats (one 128-bit load of F16/BF16).
+fn chunk_len() -> u32 {
+    if (LAYOUT >= 3u) {
+        return 32u;
     }
-    if (k8 < K / 8u) {
-        acc += chunk(row, k8, norm);
+    return 8u;
+}
+
+fn norm_w(k: u32) -> vec4<f32> {
+    let b = NW_OFF + k;
+    return vec4<f32>(vecs[b], vecs[b + 1u], vecs[b + 2u], vecs[b + 3u]) + NW_OFFSET;
+}
+
+// Eight nibbles of a Q4 word against activations prescaled by Q4_SCALE.
+fn q4w(w: u32, a: vec4<f32>, b: vec4<f32>) -> f32 {
+    let lo = bitcast<vec4<f32>>((vec4<u32>(w) & Q4_MASK) | MAGIC) - TWO23;
+    let hi = bitcast<vec4<f32>>((vec4<u32>(w >> 16u) & Q4_MASK) | MAGIC) - TWO23;
+    return dot(lo, a) + dot(hi, b);
+}
+
+// Four signed bytes of a Q8 word, biased to q + 128, against activations prescaled by Q8_SCALE.
+fn q8w(w: u32, a: vec4<f32>) -> f32 {
+    let u = w ^ 0x80808080u;
+    return dot(bitcast<vec4<f32>>((vec4<u32>(u, u, u >> 16u, u >> 16u) & Q8_MASK) | MAGIC) - TWO23, a);
+}
+
+fn bf2(w: u32) -> vec2<f32> {
+    return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u));
+}
+
+// One activation chunk, prescaled for the layout, with the sums of its raw halves.
+struct Xc {
+    a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
+    a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>, a7: vec4<f32>,
+    s_lo: f32,
+    s_hi: f32,
+}
+
+// The raw words (and block scales/offsets) of one row's chunk, loaded ahead of their use.
+struct Wc {
+    a: vec4<u32>,
+    b: vec4<u32>,
+    m: vec4<f32>,
+}
+
+struct W4 {
+    r0: Wc,
+    r1: Wc,
+    r2: Wc,
+    r3: Wc,
+}
+
+// Row `row`, chunk `c` (32 quantized or 8 float weights).
+fn wload(row: u32, c: u32) -> Wc {
+    var w: Wc;
+    let e = row * K + c * chunk_len();
+    switch LAYOUT {
+        case 3u: {
+            w.a = w4[e / 32u];
+            w.m = vec4<f32>(wm[e / 32u], 0.0, 0.0);
+        }
+        case 4u: {
+            w.a = w4[e / 16u];
+            w.b = w4[e / 16u + 1u];
+            if (QBLOCK == 32u) {
+                w.m = vec4<f32>(wm[e / 32u], 0.0, 0.0);
+            } else {
+                w.m = vec4<f32>(wm[e / 16u], wm[e / 16u + 1u]);
+            }
+        }
+        case 0u: {
+            w.a = w4[e / 4u];
+            w.b = w4[e / 4u + 1u];
+        }
+        default: {
+            w.a = w4[e / 8u];
+        }
     }
-    return acc;
+    return w;
+}
+
+fn wload4(r: vec4<u32>, c: u32) -> W4 {
+    return W4(wload(r.x, c), wload(r.y, c), wload(r.z, c), wload(r.w, c));
+}
+
+// One row's chunk against the activation chunk.
+fn wdot(w: Wc, xc: Xc) -> f32 {
+    switch LAYOUT {
+        case 3u: {
+            let d = q4w(w.a.x, xc.a0, xc.a1) + q4w(w.a.y, xc.a2, xc.a3) + q4w(w.a.z, xc.a4, xc.a5) +
+                    q4w(w.a.w, xc.a6, xc.a7);
+            return w.m.x * d + w.m.y * (xc.s_lo + xc.s_hi);
+        }
+        case 4u: {
+            let dl = q8w(w.a.x, xc.a0) + q8w(w.a.y, xc.a1) + q8w(w.a.z, xc.a2) + q8w(w.a.w, xc.a3);
+            let dh = q8w(w.b.x, xc.a4) + q8w(w.b.y, xc.a5) + q8w(w.b.z, xc.a6) + q8w(w.b.w, xc.a7);
+            if (QBLOCK == 32u) {
+                return w.m.x * (dl + dh) + (w.m.y - 128.0 * w.m.x) * (xc.s_lo + xc.s_hi);
+            }
+            return w.m.x * dl + (w.m.y - 128.0 * w.m.x) * xc.s_lo + w.m.z * dh + (w.m.w - 128.0 * w.m.z) * xc.s_hi;
+        }
+        case 0u: {
+            return dot(bitcast<vec4<f32>>(w.a), xc.a0) + dot(bitcast<vec4<f32>>(w.b), xc.a1);
+        }
+        case 1u: {
+            return dot(vec4<f32>(unpack2x16float(w.a.x), unpack2x16float(w.a.y)), xc.a0) +
+                   dot(vec4<f32>(unpack2x16float(w.a.z), unpack2x16float(w.a.w)), xc.a1);
+        }
+        default: {
+            return dot(vec4<f32>(bf2(w.a.x), bf2(w.a.y)), xc.a0) + dot(vec4<f32>(bf2(w.a.z), bf2(w.a.w)), xc.a1);
+        }
+    }
+}
+
+fn wdot4(w: W4, xc: Xc) -> vec4<f32> {
+    return vec4<f32>(wdot(w.r0, xc), wdot(w.r1, xc), wdot(w.r2, xc), wdot(w.r3, xc));
+}
+
+// Activations are staged in workgroup memory one tile of KT elements at a time (x read once
+// per workgroup with coalesced loads, normalized once), at a padded index so the strided vec4
+// reads of a row group hit distinct banks.
+override KT: u32 = 2048u;
+// Row groups that share four rows, each taking every S-th chunk: with few rows, more row groups
+// per row keep enough loads in flight.
+override S: u32 = 1u;
+override XS_LEN: u32 = 576u;    // KT / 4 + KT / 32 (naga cannot size arrays by expressions)
+var<workgroup> xs: array<vec4<f32>, XS_LEN>;
+var<workgroup> ssg: array<f32, 8>;
+
+fn xs_slot(v: u32) -> u32 {
+    return v + v / 8u;
+}
+
+fn xget(k: u32) -> vec4<f32> {
+    return xs[xs_slot(k / 4u)];
+}
+
+// Stage x[k0 .. k0 + len) (len a multiple of 4); returns this invocation's sum of squares.
+fn stage(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
+    var ss = 0.0;
+    for (var v = lid; v < len / 4u; v += WG) {
+        var a = x[k0 / 4u + v];
+        if (norm) {
+            ss += dot(a, a);
+            a *= norm_w(k0 + 4u * v);
+        }
+        xs[xs_slot(v)] = a;
+    }
+    return ss;
+}
+
+// Sum over the workgroup (every invocation must call it).
+fn wg_sum(v: f32, lid: u32) -> f32 {
+    let s = reduce4(vec4<f32>(v, 0.0, 0.0, 0.0), lid).x;
+    if (lid % 32u == 0u) {
+        ssg[lid / 32u] = s;
+    }
+    workgroupBarrier();
+    var tot = 0.0;
+    for (var i = 0u; i < WG / 32u; i++) {
+        tot += ssg[i];
+    }
+    return tot;
+}
+
+// Dots of rows r (clamped in range by the caller) for invocation `lid` of the workgroup; the
+// row group's 32 invocations each hold a partial sum over slice `slice` of S interleaved
+// slices of the row. Every invocation must call it (barriers). With `norm`, `ss` is the
+// workgroup's full sum of squares of x.
+fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
+    var out: Dots;
+    var ss = 0.0;
+    let t = slice * 32u + lid % 32u;
+    let ch = chunk_len();
+    let last = K / ch - 1u;
+    for (var k0 = 0u; k0 < K; k0 += KT) {
+        let len = min(KT, K - k0);
+        // This invocation's first chunk of the tile is requested before x is staged, so the two
+        // memory round trips overlap; each later chunk is requested one step ahead.
+        var w = wload4(r, min(k0 / ch + t, last));
+        workgroupBarrier();
+        ss += stage(k0, len, lid, norm);
+        workgroupBarrier();
+        for (var c = t; c < len / ch; c += 32u * S) {
+            let next = wload4(r, min(k0 / ch + c + 32u * S, last));
+            let k = c * ch;
+            var xc: Xc;
+            xc.a0 = xget(k);
+            xc.a1 = xget(k + 4u);
+            if (LAYOUT >= 3u) {
+                xc.a2 = xget(k + 8u);
+                xc.a3 = xget(k + 12u);
+                xc.a4 = xget(k + 16u);
+                xc.a5 = xget(k + 20u);
+                xc.a6 = xget(k + 24u);
+                xc.a7 = xget(k + 28u);
+                let one = vec4<f32>(1.0);
+                xc.s_lo = dot(xc.a0 + xc.a1 + xc.a2 + xc.a3, one);
+                xc.s_hi = dot(xc.a4 + xc.a5 + xc.a6 + xc.a7, one);
+                var sc = Q4_SCALE;
+                if (LAYOUT == 4u) {
+                    sc = Q8_SCALE;
+                }
+                xc.a0 *= sc; xc.a1 *= sc; xc.a2 *= sc; xc.a3 *= sc;
+                xc.a4 *= sc; xc.a5 *= sc; xc.a6 *= sc; xc.a7 *= sc;
+            }
+            out.v += wdot4(w, xc);
+            w = next;
+        }
+    }
+    if (norm) {
+        out.ss = wg_sum(ss, lid);
+    }
+    return out;
+}
+
+var<workgroup> parts: array<vec4<f32>, 8>;
+
+// Row group `lid / 32`'s reduced dots `v`, summed over the S slices of its rows (every
+// invocation must call it; all invocations of those groups get the total).
+fn join_slices(v: vec4<f32>, lid: u32) -> vec4<f32> {
+    if (S == 1u) {
+        return v;
+    }
+    let grp = lid / 32u;
+    if (lid % 32u == 0u) {
+        parts[grp] = v;
+    }
+    workgroupBarrier();
+    var tot = vec4<f32>(0.0);
+    for (var i = grp - grp % S; i < grp - grp % S + S; i++) {
+        tot += parts[i];
+    }
+    return tot;
 }

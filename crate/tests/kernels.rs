@@ -180,7 +180,14 @@ fn matvec_norm_and_glu() {
     let g = gpu();
     let mut r = R::new();
     let (f, k, eps) = (37usize, 256usize, 1e-5f32);
-    for (l, glu) in [(L::Q4, true), (L::Q8(16), false), (L::F16, true)] {
+    // (layout, GLU, invocations per workgroup, slices per row block)
+    for (l, glu, wg, slices) in [
+        (L::Q4, true, 64usize, 1usize),
+        (L::Q8(16), false, 64, 1),
+        (L::F16, true, 64, 1),
+        (L::Q4, false, 256, 2),
+        (L::Q8(32), true, 256, 8),
+    ] {
         let n = if glu { 2 * f } else { f };
         let (words, meta, dense) = random_matrix(&mut r, l, n, k);
         let x: Vec<f32> = r.vec(k).iter().map(|v| v * 3.0).collect();
@@ -206,8 +213,14 @@ fn matvec_norm_and_glu() {
             ("NORM", 1.0),
             ("NW_OFF", 5.0),
             ("EPS", eps as f64),
+            // Four activation tiles: the norm's sum of squares spans them.
+            ("KT", 64.0),
+            ("XS_LEN", 18.0),
+            ("WG", wg as f64),
+            ("S", slices as f64),
         ];
-        let wgs = if glu { f.div_ceil(4) } else { n.div_ceil(8) };
+        let per_wg = if glu { 2 } else { 4 } * wg / 32 / slices;
+        let wgs = if glu { f } else { n }.div_ceil(per_wg);
         g.dispatch_once(
             Kernel::MatVec,
             &consts,
@@ -227,6 +240,10 @@ fn matvec_all_layouts() {
     for l in ALL {
         check_linear(&g, &mut r, Kernel::MatVec, l, 1, 70, 96, false, false);
         check_linear(&g, &mut r, Kernel::MatVec, l, 1, 33, 576, true, true);
+        if matches!(l, L::F32 | L::F16 | L::BF16) {
+            // Float rows only need K % 8 == 0 (HF folders of odd sizes).
+            check_linear(&g, &mut r, Kernel::MatVec, l, 1, 21, 40, true, false);
+        }
     }
 }
 
@@ -416,6 +433,8 @@ fn qkv_rope_fused_decode() {
             c0,
             c1,
             ("K", k as f64),
+            ("KT", 64.0),
+            ("XS_LEN", 18.0),
             ("QD", qd as f64),
             ("KVD", kvd as f64),
             ("HD", hd as f64),
@@ -557,22 +576,52 @@ fn ffn_activations() {
     }
 }
 
+/// Greedy sampling as the engine records it: the LM head matvec leaves one (max, index) pair
+/// per workgroup after the logits, and the argmax kernel finishes over them. Two equal maxima in
+/// different workgroups: the lower index wins, as torch.argmax.
 #[test]
-fn argmax_picks_first_maximum() {
+fn lm_head_argmax_picks_first_maximum() {
     let g = gpu();
     let mut r = R::new();
-    let v = 50_000usize;
-    let mut logits = r.vec(v);
-    let top = r.below(v as u32) as usize;
-    logits[top] = 10.0;
-    let tie = (top + 1 + r.below((v - 1) as u32) as usize) % v;
-    logits[tie] = 10.0;
-    let (lb, ib, ob) = (buf_f32(&g, &logits), buf_u32(&g, &[7; 4]), buf_u32(&g, &[u32::MAX; 8]));
-    g.dispatch_once(Kernel::Argmax, &[("V", v as f64)], &[(0, &lb), (1, &ib), (2, &ob)], [1, 0, 3, 0], [1, 1, 1])
+    let (v, k) = (5000usize, 64usize);
+    for (wg, slices) in [(64usize, 1usize), (256, 1), (256, 4)] {
+        let (mut words, _, _) = random_matrix(&mut r, L::F32, v, k);
+        let top = r.below(v as u32) as usize;
+        let tie = (top + 40 + r.below((v - 80) as u32) as usize) % v;
+        for row in [top, tie] {
+            words[row * k..(row + 1) * k].fill(1f32.to_bits());
+        }
+        let x: Vec<f32> = r.vec(k).iter().map(|a| a.abs() + 0.5).collect();
+        let wgs = v.div_ceil(4 * wg / 32 / slices);
+        let (wb, mb, xb, vb) = (buf_u32(&g, &words), buf_f32(&g, &[0.0; 4]), buf_f32(&g, &x), buf_f32(&g, &[0.0; 4]));
+        let yb = poisoned(&g, v + 2 * wgs);
+        let [c0, c1] = L::F32.consts();
+        let consts =
+            [c0, c1, ("K", k as f64), ("N", v as f64), ("WG", wg as f64), ("S", slices as f64), ("ARGMAX", 1.0)];
+        g.dispatch_once(
+            Kernel::MatVec,
+            &consts,
+            &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)],
+            [1, 0, 0, 0],
+            [wgs as u32, 1, 1],
+        )
         .unwrap();
-    let want = top.min(tie) as u32;
-    assert_eq!(read_u32(&g, &ib, 1)[0], want);
-    assert_eq!(read_u32(&g, &ob, 8), [u32::MAX, u32::MAX, u32::MAX, want, u32::MAX, u32::MAX, u32::MAX, u32::MAX]);
+        let (ib, ob) = (buf_u32(&g, &[7; 4]), buf_u32(&g, &[u32::MAX; 8]));
+        g.dispatch_once(
+            Kernel::Argmax,
+            &[("V", v as f64), ("P", wgs as f64)],
+            &[(0, &yb), (1, &ib), (2, &ob)],
+            [1, 0, 3, 0],
+            [1, 1, 1],
+        )
+        .unwrap();
+        let logits = read(&g, &yb, v);
+        let want = top.min(tie) as u32;
+        let best = logits.iter().cloned().fold(f32::MIN, f32::max);
+        assert_eq!(logits.iter().position(|&l| l == best), Some(want as usize), "wg {wg} slices {slices}");
+        assert_eq!(read_u32(&g, &ib, 1)[0], want, "wg {wg} slices {slices}");
+        assert_eq!(read_u32(&g, &ob, 8), [u32::MAX, u32::MAX, u32::MAX, want, u32::MAX, u32::MAX, u32::MAX, u32::MAX]);
+    }
 }
 
 #[test]

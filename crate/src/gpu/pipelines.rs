@@ -32,8 +32,9 @@ enum Slot {
     Uniform,
 }
 
-/// Shared WGSL a kernel is assembled with: the weight dequantizer, and for the decode
-/// matrix-vector kernels the row reduction and the row dot product.
+/// Shared WGSL a kernel is assembled with: the weight dequantizer (prefill and embedding), or for
+/// the decode matrix-vector kernels the row reduction and the four-row dot product (which reads
+/// the weights with 128-bit loads itself).
 struct Source {
     body: &'static str,
     weights: bool,
@@ -43,8 +44,8 @@ struct Source {
 impl Kernel {
     fn source(self) -> Source {
         let (body, weights, reduce) = match self {
-            Kernel::MatVec => (include_str!("../../../shaders/matvec.wgsl"), true, true),
-            Kernel::QkvRope => (include_str!("../../../shaders/qkv_rope.wgsl"), true, true),
+            Kernel::MatVec => (include_str!("../../../shaders/matvec.wgsl"), false, true),
+            Kernel::QkvRope => (include_str!("../../../shaders/qkv_rope.wgsl"), false, true),
             Kernel::MatMul => (include_str!("../../../shaders/matmul.wgsl"), true, false),
             Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true, false),
             Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false, false),

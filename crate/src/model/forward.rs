@@ -142,7 +142,8 @@ impl Buffers {
             tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 2)) as u64 * f)?,
             xlast: buf("xlast", h * f)?,
-            logits: buf("logits", cfg.vocab as u64 * f)?,
+            // After the logits: the LM head workgroups' argmax partials (at most one per 4 rows).
+            logits: buf("logits", (cfg.vocab + 2 * (cfg.vocab / 4 + 1)) as u64 * f)?,
             tokens: buf("tokens", TOKEN_SLOTS as u64 * 4)?,
             rope: buf("rope", table.len() as u64 * 4)?,
             rope_local: local,
@@ -202,7 +203,11 @@ impl Program {
 
     /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos`.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32) {
+        let skip = std::env::var("FERROLM_SKIP").unwrap_or_default();
         for op in &self.ops {
+            if !skip.is_empty() && skip.split(',').any(|s| s == op.label) {
+                continue;
+            }
             let [x, y, z] = op.grid.dims(n_tokens, pos);
             pass.set_pipeline(&op.pipeline.pipeline);
             pass.set_bind_group(0, &op.bind, &[]);
@@ -212,12 +217,18 @@ impl Program {
 }
 
 struct Builder<'a> {
-    /// Matrix rows per matvec workgroup: fewer rows, more workgroups to spread over the GPU.
-    rows_per_wg: usize,
+    /// Decode matvecs split rows into slices until they have this many workgroups.
+    mv_target: usize,
+    mv_force_s: Option<usize>,
     gpu: &'a Gpu,
     cfg: &'a ModelConfig,
     ops: Vec<Op>,
     step: &'a wgpu::Buffer,
+}
+
+/// Padded vec4 slots of a staged activation tile (rowdot.wgsl `xs_slot`).
+fn xs_len(kt: usize) -> f64 {
+    (kt / 4 + kt / 32 + 1) as f64
 }
 
 fn b(v: bool) -> f64 {
@@ -245,8 +256,23 @@ impl Builder<'_> {
         self.ops.push(Op { label, pipeline, bind, grid });
     }
 
+    /// Activation elements a decode matvec stages in workgroup memory at once: all of x when it
+    /// fits the adapter's workgroup storage (4.5 bytes an element with padding, beside the
+    /// portable reduction's 4 KiB), else tiles of a multiple of 256.
+    fn x_tile(&self, k: usize) -> usize {
+        let reserve = if self.gpu.pipelines.subgroups { 64 } else { 4096 + 64 };
+        let avail = (self.gpu.limits.max_compute_workgroup_storage_size as usize).saturating_sub(reserve);
+        let max = (avail * 2 / 9) / 256 * 256;
+        if k <= max {
+            k
+        } else {
+            max.max(256)
+        }
+    }
+
     /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU) and an
-    /// optional soft-cap of stored values.
+    /// optional soft-cap of stored values. With `argmax` (epilogue 0), each workgroup also leaves
+    /// its largest value after y's N values; returns the number of workgroups.
     #[allow(clippy::too_many_arguments)]
     fn matvec(
         &mut self,
@@ -259,8 +285,13 @@ impl Builder<'_> {
         epi: u32,
         softcap: f32,
         bias: Option<usize>,
-    ) {
+        argmax: bool,
+    ) -> u32 {
         let [l0, l1] = w.layout_constants();
+        let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
+        let per_block = if epi == 2 { 2 } else { 4 };
+        let (wg, slices) = self.mv_shape(outputs.div_ceil(per_block), w.cols, w.layout.block());
+        let kt = self.x_tile(w.cols);
         let consts = [
             l0,
             l1,
@@ -275,15 +306,40 @@ impl Builder<'_> {
             ("SOFTCAP", softcap as f64),
             ("HAS_BIAS", b(bias.is_some())),
             ("BIAS_OFF", bias.unwrap_or(0) as f64),
-            ("R", self.rows_per_wg as f64),
+            ("WG", wg as f64),
+            ("S", slices as f64),
+            ("KT", kt as f64),
+            ("XS_LEN", xs_len(kt)),
+            ("ARGMAX", b(argmax)),
         ];
-        let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
-        let per_wg = if epi == 2 { self.rows_per_wg / 2 } else { self.rows_per_wg };
-        let wgs = outputs.div_ceil(per_wg) as u32;
+        let wgs = outputs.div_ceil(per_block * wg / 32 / slices) as u32;
         // Past 65535 workgroups the kernel folds (x, y) into one index.
         let gy = wgs.div_ceil(65535);
         let grid = Grid::Fixed2(wgs.div_ceil(gy), gy);
         self.push(label, Kernel::MatVec, &consts, &[(0, &w.words), (1, &w.meta), (2, x), (3, y), (4, vecs)], grid);
+        wgs.div_ceil(gy) * gy
+    }
+
+    /// Workgroup size and slices per row block for `blocks` blocks of four rows of length `k`:
+    /// 256 invocations (x is staged once for more rows), and long rows split into slices until
+    /// there are enough workgroups to spread over the GPU and keep loads in flight.
+    fn mv_shape(&self, blocks: usize, k: usize, block: usize) -> (usize, usize) {
+        let chunks = k / if block > 1 { 32 } else { 8 };
+        let (mut wg, mut slices) = (256, 1);
+        if let Some(s) = self.mv_force_s {
+            return (wg, s);
+        }
+        while blocks * slices / (wg / 32) < self.mv_target {
+            if slices < 8 && chunks >= 64 * slices {
+                slices *= 2;
+            } else if wg > 64 {
+                // Short rows: fewer row blocks per workgroup instead.
+                wg /= 2;
+            } else {
+                break;
+            }
+        }
+        (wg, slices)
     }
 
     /// Prefill: c (+)= a · Wᵀ (+ bias).
@@ -348,9 +404,10 @@ pub fn build(
     context: usize,
     batched: bool,
 ) -> Result<Program> {
-    // 2, 4 and 8 rows per workgroup measured the same on the H200 (BENCHMARKS.md).
-    let rows_per_wg = 8;
-    let mut p = Builder { rows_per_wg, gpu, cfg, ops: Vec::new(), step: &bf.step };
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    let mv_target = env("FERROLM_MV_TARGET").unwrap_or(256);
+    let mv_force_s = env("FERROLM_MV_S").filter(|s| [1, 2, 4, 8].contains(s));
+    let mut p = Builder { mv_target, mv_force_s, gpu, cfg, ops: Vec::new(), step: &bf.step };
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
     let off = w.offsets;
@@ -374,6 +431,7 @@ pub fn build(
         let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
         if fused_qkv {
             let [l0, l1] = lw.wqkv.layout_constants();
+            let (wg, slices) = p.mv_shape((qd + 2 * kvd).div_ceil(4), cfg.hidden, lw.wqkv.layout.block());
             let consts = [
                 l0,
                 l1,
@@ -388,7 +446,10 @@ pub fn build(
                 ("NW_OFFSET", cfg.norm_offset as f64),
                 ("HAS_BIAS", b(off.qkv_bias.is_some())),
                 ("BIAS_OFF", off.qkv_bias.unwrap_or(0) as f64),
-                ("R", rows_per_wg as f64),
+                ("WG", wg as f64),
+                ("S", slices as f64),
+                ("KT", p.x_tile(cfg.hidden) as f64),
+                ("XS_LEN", xs_len(p.x_tile(cfg.hidden))),
             ];
             let bufs =
                 [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
@@ -397,14 +458,14 @@ pub fn build(
                 Kernel::QkvRope,
                 &consts,
                 &bufs,
-                Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil(rows_per_wg as u32)),
+                Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil((4 * wg / 32 / slices) as u32)),
             );
         } else {
             if batched {
                 p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false, false);
                 p.matmul("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
             } else {
-                p.matvec("qkv", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs, Some(off.attn_norm), 0, 0.0, off.qkv_bias);
+                p.matvec("qkv", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs, Some(off.attn_norm), 0, 0.0, off.qkv_bias, false);
             }
             p.push(
                 "rope+kv",
@@ -466,7 +527,7 @@ pub fn build(
         if batched {
             p.matmul("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc);
         } else {
-            p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, None);
+            p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, None, false);
         }
         if let Some(pn) = off.post_attn_norm {
             p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);
@@ -483,23 +544,23 @@ pub fn build(
             );
             p.matmul("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc);
         } else {
-            p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, None);
-            p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc as u32, 0.0, None);
+            p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, None, false);
+            p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc as u32, 0.0, None, false);
         }
         if let Some(pn) = off.post_ffn_norm {
             p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);
         }
     }
-    if batched {
+    let parts = if batched {
         p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xlast, true, false);
-        p.matvec("lm head", w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, None, 0, cfg.final_softcap, None);
+        p.matvec("lm head", w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, None, 0, cfg.final_softcap, None, true)
     } else {
-        p.matvec("lm head", w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, Some(0), 0, cfg.final_softcap, None);
-    }
+        p.matvec("lm head", w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, Some(0), 0, cfg.final_softcap, None, true)
+    };
     p.push(
         "argmax",
         Kernel::Argmax,
-        &[("V", cfg.vocab as f64)],
+        &[("V", cfg.vocab as f64), ("P", parts as f64)],
         &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)],
         Grid::Fixed(1),
     );
