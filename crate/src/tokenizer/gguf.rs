@@ -21,8 +21,10 @@ use tokenizers::decoders::sequence::Sequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
-use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::normalizers::{NormalizerWrapper, Sequence as NormalizerSequence};
 use tokenizers::AddedToken;
 
 use super::{collect_eos_ids, pretok, tok_err, Tokenizer};
@@ -116,8 +118,15 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
             let merges =
                 merges.ok_or_else(|| tok_err("a gpt2 tokenizer needs tokenizer.ggml.merges, which is missing"))?;
             let merges = parse_merges(&merges, &vocab)?;
-            let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(tok_err)?;
+            let bpe = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .ignore_merges(pretok::ignores_merges(pre))
+                .build()
+                .map_err(tok_err)?;
             let mut hf = tokenizers::Tokenizer::new(bpe);
+            if pretok::nfc(pre) {
+                hf.with_normalizer(Some(NFC));
+            }
             hf.with_pre_tokenizer(Some(pretok::byte_level(pre)?));
             hf.with_decoder(Some(ByteLevel::default()));
             // A control token outside the byte alphabet is a llama.cpp mislabel; transformers skips it.
@@ -142,10 +151,17 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
                 .build()
                 .map_err(tok_err)?;
             let mut hf = tokenizers::Tokenizer::new(bpe);
-            // transformers always prepends `▁` to the first piece (it ignores add_space_prefix);
-            // we honour the flag, which only matters for files that set it to false.
-            let scheme = if add_space_prefix { PrependScheme::First } else { PrependScheme::Never };
-            hf.with_pre_tokenizer(Some(Metaspace::new('▁', scheme, false)));
+            // llama.cpp's SentencePiece rule: with add_space_prefix, one `▁` goes before the text
+            // and after every special token, also when the text already starts with a space
+            // ("  hi" is `▁▁▁hi`, as SentencePiece's dummy prefix and Phi-3's and Llama 2's
+            // tokenizer.json make it). A normalizer runs on each piece between special tokens, so
+            // `Prepend` does exactly that; `Metaspace` would skip text that starts with a space.
+            let space: NormalizerWrapper = Replace::new(" ", "▁").map_err(tok_err)?.into();
+            if add_space_prefix {
+                hf.with_normalizer(Some(NormalizerSequence::new(vec![Prepend::new("▁".into()).into(), space])));
+            } else {
+                hf.with_normalizer(Some(space));
+            }
             let mut dec: Vec<DecoderWrapper> =
                 vec![Replace::new("▁", " ").map_err(tok_err)?.into(), ByteFallback::new().into(), Fuse::new().into()];
             if add_space_prefix {
@@ -157,15 +173,20 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
         other => return Err(Error::Unsupported(format!("tokenizer model {other:?} (supported: gpt2, llama)"))),
     };
 
+    // llama.cpp gives the special tokens of a model named Phi-3 `rstrip` (whitespace after them is
+    // dropped), except <unk>, <s> and <|endoftext|>: what Phi-3's tokenizer_config.json says.
+    let name = g.get_str("general.name").map_err(meta)?.unwrap_or("").to_lowercase();
+    let phi3 = name.contains("phi-3") || name.contains("phi3");
+    let rstrip = |t: &str| phi3 && !["<unk>", "<s>", "<|endoftext|>"].contains(&t);
     let is_special_id = |i: usize| ty(i) == CONTROL || [bos, eos, unk, pad].contains(&Some(i as u32));
     let special: Vec<AddedToken> = (0..n)
         .filter(|&i| is_special_id(i) && specials_ok(&tokens[i]))
-        .map(|i| AddedToken::from(tokens[i].clone(), true).normalized(false))
+        .map(|i| AddedToken::from(tokens[i].clone(), true).normalized(false).rstrip(rstrip(&tokens[i])))
         .collect();
     hf.add_special_tokens(special).map_err(tok_err)?;
     let user: Vec<AddedToken> = (0..n)
         .filter(|&i| ty(i) == USER_DEFINED && !is_special_id(i) && specials_ok(&tokens[i]))
-        .map(|i| AddedToken::from(tokens[i].clone(), false).normalized(false))
+        .map(|i| AddedToken::from(tokens[i].clone(), false).normalized(false).rstrip(rstrip(&tokens[i])))
         .collect();
     hf.add_tokens(user).map_err(tok_err)?;
 

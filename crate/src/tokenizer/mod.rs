@@ -31,6 +31,10 @@ const END_OF_TURN: &[&str] = &[
     "<|return|>",
     "<|end▁of▁sentence|>",
     "<EOT>",
+    // The plain end-of-sequence texts, for a tokenizer whose EOS is an end-of-turn token (Gemma's
+    // tokenizer_config.json names <end_of_turn>; generation_config.json also stops on <eos>).
+    "<eos>",
+    "</s>",
 ];
 
 /// A tokenizer plus the model's special ids. Cheap to clone (shared).
