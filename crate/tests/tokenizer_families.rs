@@ -29,9 +29,9 @@ fn fixture(family: &str) -> Value {
 
 /// A fetched tokenizer file, or None (after saying SKIPPED) when it is not there.
 fn cached(family: &str, file: &str) -> Option<PathBuf> {
-    let root = std::env::var_os("FERROLM_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ferrolm")
-    });
+    let root = std::env::var_os("FERROLM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ferrolm"));
     let p = root.join("tokenizers").join(family).join(file);
     if p.exists() {
         return Some(p);
@@ -221,7 +221,8 @@ fn gguf_from_tokenizer_json(json: &str, config: &str, pre: &str, n_vocab: usize)
         kvs.push(("tokenizer.ggml.eos_token_id", Kv::U32(e)));
     }
     // tokenizer_config's add_bos_token, else whether the post-processor adds BOS (Llama 3).
-    let add_bos = c["add_bos_token"].as_bool().unwrap_or_else(|| t["post_processor"].to_string().contains("SpecialToken"));
+    let add_bos =
+        c["add_bos_token"].as_bool().unwrap_or_else(|| t["post_processor"].to_string().contains("SpecialToken"));
     kvs.push(("tokenizer.ggml.add_bos_token", Kv::Bool(add_bos)));
     GgufFile::read(&MemSource::new(gguf_bytes(&kvs), "converted.gguf")).unwrap()
 }

@@ -346,11 +346,10 @@ def render_templates(encoders):
                         conversations=[conv], chat_template=src, add_generation_prompt=gen,
                         bos_token=bos or "", eos_token=eos or "")
                     text = rendered[0]
-                    if today in text and name == "llama-3.2.jinja":
-                        text = text.replace(today, "{{DATE}}")
-                    case["rendered"] = text
-                    if family:
-                        case["ids"] = encoders[family](rendered[0])
+                    dated = name == "llama-3.2.jinja" and today in text
+                    case["rendered"] = text.replace(today, "{{DATE}}") if dated else text
+                    if family and not dated:  # a dated prompt's ids change with the date
+                        case["ids"] = encoders[family](text)
                 except Exception as e:  # the template raised: our render must fail too
                     case["error"] = str(e)
                 cases.append(case)

@@ -1,14 +1,22 @@
-//! Tokenizer from GGUF metadata (llama.cpp's `tokenizer.ggml.*` keys), built to match what
-//! transformers builds from the same file (`integrations/gguf/gguf_tokenizer_mapping.py`), since
-//! that is the reference our tests compare against:
+//! Tokenizer from GGUF metadata (llama.cpp's `tokenizer.ggml.*` keys). The aim is the ids of the
+//! model's own tokenizer (its tokenizer.json, or SentencePiece), which is what llama.cpp gives too;
+//! crate/tests/tokenizer_families.rs checks that on real vocabularies of each family. The pipeline
+//! follows what transformers builds from the same file (`integrations/gguf/`) except where that
+//! differs from the model's tokenizer:
 //!
-//! * "gpt2": byte-level BPE from `tokens` + `merges`; the text split follows `tokenizer.ggml.pre`.
+//! * "gpt2": byte-level BPE from `tokens` + `merges`; the text split follows `tokenizer.ggml.pre`
+//!   (see `pretok.rs`, which also says which vocabularies skip merges for whole-token pieces and
+//!   which normalize to NFC first).
 //! * "llama": SentencePiece-style BPE with byte fallback (`<0x0A>`), `▁` for spaces. When the file
 //!   has no merges they are derived from the scores the way transformers does (`generate_merges`),
-//!   which reproduces SentencePiece's "merge the best-scoring pair first".
+//!   which reproduces SentencePiece's "merge the best-scoring pair first". With
+//!   `add_space_prefix` (the default) a `▁` goes before the text and after each special token,
+//!   even before a leading space, as llama.cpp does (transformers' plain LlamaTokenizer skips it
+//!   for text that starts with a space).
 //!
 //! Control tokens (type 3) and the BOS/EOS/UNK/PAD tokens become special added tokens and
-//! user-defined tokens (type 4) plain added tokens, so their text in a prompt maps to their id.
+//! user-defined tokens (type 4) plain added tokens, so their text in a prompt maps to their id; a
+//! model named Phi-3 gets llama.cpp's (and its tokenizer_config's) `rstrip` on them.
 //! Everything is validated first: the `tokenizers` crate panics on some malformed input (a merge
 //! longer than every token), and a bad file must give an error, not a crash.
 
