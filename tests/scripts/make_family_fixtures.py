@@ -215,16 +215,24 @@ def gemma3():
     }
 
 
-def spm_segments(text, specials, encode_segment, rstrip=()):
+def spm_segments(text, specials, encode_segment, rstrip=(), one_space_after_special=None):
     """llama.cpp's SentencePiece tokenization: split out special tokens (longest first), strip the
     whitespace after an rstrip token, and encode every other piece on its own with the dummy
-    prefix (llama.cpp puts one before the first piece and after every special token)."""
+    prefix (llama.cpp puts one before the first piece and after every special token).
+
+    With `one_space_after_special` (the id of `▁`), a piece after a special token that starts with
+    a space gets no extra prefix (its space is the prefix): mistral-common's way, which encodes each
+    message on its own between control tokens, and Mistral's non-legacy tokenizer.json."""
     pattern = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
     ids, pos, strip = [], 0, False
     for m in list(pattern.finditer(text)) + [None]:
         piece = text[pos:m.start()] if m else text[pos:]
         if strip:
             piece = piece.lstrip(" \t\n\r\x0b\x0c")
+        if one_space_after_special is not None and pos > 0 and piece.startswith(" "):
+            piece = piece[1:]
+            if not piece:
+                ids.append(one_space_after_special)
         if piece:
             ids += encode_segment(piece)
         if m:
@@ -276,24 +284,40 @@ def phi3():
 
 def mistral():
     """Reference: SentencePiece itself (mistral-common's model file), run piece by piece between
-    control tokens like llama.cpp does (a dummy prefix before every piece)."""
+    control tokens, as mistral-common encodes each message between its control tokens: a piece
+    after a control token that starts with a space does not get a second `▁` (llama.cpp would add
+    one: "[INST] What" is [INST] ▁ ▁What there)."""
     sp = spm.SentencePieceProcessor(model_file=hf_file("mistral", "tokenizer.model.v3"))
     # Control tokens and <unk>: the pieces llama.cpp (and transformers) match whole in a text.
     specials = {sp.id_to_piece(i): i for i in range(sp.get_piece_size()) if sp.is_control(i) or sp.is_unknown(i)}
 
     def encode(t):
-        return spm_segments(t, specials, lambda p: sp.encode(p))
+        return spm_segments(t, specials, lambda p: sp.encode(p), one_space_after_special=sp.piece_to_id("\u2581"))
+
+    # The reference agrees with mistral-common's instruct format (v3: "<s>[INST] user[/INST]
+    # answer</s>[INST] next[/INST]", each message encoded on its own) on a rendered conversation.
+    turns = [("user", "What is the capital of France?"), ("assistant", "Paris. 🗼"), ("user", "And  of Italy?\n123")]
+    text, structured = "<s>", [sp.bos_id()]
+    for role, content in turns:
+        if role == "user":
+            text += f"[INST] {content}[/INST]"
+            structured += [specials["[INST]"]] + sp.encode(content) + [specials["[/INST]"]]
+        else:
+            text += f" {content}</s>"
+            structured += sp.encode(content) + [sp.eos_id()]
+    assert encode(text) == structured, (encode(text), structured)
+    extra = [text]
 
     return encode, {
         "family": "mistral",
         "source": "PyPI mistral-common==1.13.1 mistral_common/data/mistral_instruct_tokenizer_240323.model.v3 "
                   "(Mistral 7B v0.3), as a vocab-only GGUF written by scripts/fetch-tokenizers.py",
-        "reference": f"sentencepiece {spm.__version__} piece by piece between control tokens (llama.cpp's rule)",
+        "reference": f"sentencepiece {spm.__version__} piece by piece between control tokens (mistral-common's rule)",
         "bos": sp.bos_id(), "eos": sp.eos_id(), "add_bos": True,
         "generation_eos": [2],
         # sentencepiece's decoding drops control tokens and each piece's prefix space, which ours
         # (like llama.cpp's) keeps: no decoded texts here.
-        "texts": entries(all_texts(), encode, None),
+        "texts": entries(all_texts() + extra, encode, None),
     }
 
 

@@ -12,7 +12,8 @@
 //!   which reproduces SentencePiece's "merge the best-scoring pair first". With
 //!   `add_space_prefix` (the default) a `▁` goes before the text and after each special token,
 //!   even before a leading space, as llama.cpp does (transformers' plain LlamaTokenizer skips it
-//!   for text that starts with a space).
+//!   for text that starts with a space). Mistral's v2/v3 vocabularies (control tokens [INST] and
+//!   [/INST]) follow mistral-common instead: no second `▁` after a special token.
 //!
 //! Control tokens (type 3) and the BOS/EOS/UNK/PAD tokens become special added tokens and
 //! user-defined tokens (type 4) plain added tokens, so their text in a prompt maps to their id; a
@@ -33,6 +34,7 @@ use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
 use tokenizers::normalizers::unicode::NFC;
 use tokenizers::normalizers::{NormalizerWrapper, Sequence as NormalizerSequence};
+use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
 use tokenizers::AddedToken;
 
 use super::{collect_eos_ids, pretok, tok_err, Tokenizer};
@@ -103,6 +105,7 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
         (id("bos_token_id")?, id("eos_token_id")?, id("unknown_token_id")?, id("padding_token_id")?);
     let eot: Vec<u32> = [id("eot_token_id")?, id("eom_token_id")?].into_iter().flatten().collect();
     let ty = |i: usize| types.get(i).copied().unwrap_or(1);
+    let mut prefix_leading_space = false;
 
     let (mut hf, add_bos_default, specials_ok): (tokenizers::Tokenizer, bool, Box<dyn Fn(&str) -> bool>) = match model {
         "gpt2" => {
@@ -164,8 +167,19 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
             // ("  hi" is `▁▁▁hi`, as SentencePiece's dummy prefix and Phi-3's and Llama 2's
             // tokenizer.json make it). A normalizer runs on each piece between special tokens, so
             // `Prepend` does exactly that; `Metaspace` would skip text that starts with a space.
+            //
+            // Mistral's v2/v3 vocabularies (control tokens [INST] and [/INST]) are the exception:
+            // mistral-common encodes each message on its own and puts the control tokens between,
+            // so "[INST] What" must be [INST] `▁What`, where llama.cpp's rule gives [INST] `▁` `▁What`
+            // (their tokenizer.json agrees with mistral-common: Metaspace, not legacy). There a
+            // piece after a special token gets `▁` only when it does not start with a space, and
+            // the start of the text keeps SentencePiece's prefix (see `Tokenizer::encode`).
             let space: NormalizerWrapper = Replace::new(" ", "▁").map_err(tok_err)?.into();
-            if add_space_prefix {
+            let control = |t: &str| tokens.iter().zip(0..).any(|(x, i)| x == t && ty(i) == CONTROL);
+            if add_space_prefix && control("[INST]") && control("[/INST]") {
+                hf.with_pre_tokenizer(Some(Metaspace::new('▁', PrependScheme::Always, false)));
+                prefix_leading_space = true;
+            } else if add_space_prefix {
                 hf.with_normalizer(Some(NormalizerSequence::new(vec![Prepend::new("▁".into()).into(), space])));
             } else {
                 hf.with_normalizer(Some(space));
@@ -200,7 +214,11 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
 
     let add_bos = g.get_bool("tokenizer.ggml.add_bos_token").map_err(meta)?.unwrap_or(add_bos_default);
     let eos_ids = collect_eos_ids(eos, &eot, &tokens, |i| ty(i as usize) == CONTROL);
-    Ok(Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids))
+    let mut tok = Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids);
+    if prefix_leading_space {
+        tok.prefix_leading_space();
+    }
+    Ok(tok)
 }
 
 /// "left right" lines; both halves and their concatenation must be tokens.
