@@ -136,7 +136,7 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
                 .map_err(tok_err)?;
             let mut hf = tokenizers::Tokenizer::new(bpe);
             if pretok::nfc(pre) {
-                hf.with_normalizer(Some(NFC));
+                hf.with_normalizer(Some(NFC)).map_err(tok_err)?;
             }
             hf.with_pre_tokenizer(Some(pretok::byte_level(pre)?));
             hf.with_decoder(Some(ByteLevel::default()));
@@ -180,9 +180,10 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
                 hf.with_pre_tokenizer(Some(Metaspace::new('▁', PrependScheme::Always, false)));
                 prefix_leading_space = true;
             } else if add_space_prefix {
-                hf.with_normalizer(Some(NormalizerSequence::new(vec![Prepend::new("▁".into()).into(), space])));
+                hf.with_normalizer(Some(NormalizerSequence::new(vec![Prepend::new("▁".into()).into(), space])))
+                    .map_err(tok_err)?;
             } else {
-                hf.with_normalizer(Some(space));
+                hf.with_normalizer(Some(space)).map_err(tok_err)?;
             }
             let mut dec: Vec<DecoderWrapper> =
                 vec![Replace::new("▁", " ").map_err(tok_err)?.into(), ByteFallback::new().into(), Fuse::new().into()];
