@@ -2,11 +2,13 @@
 #
 #   make setup      install system packages, the wasm target and wasm-bindgen-cli (idempotent)
 #   make model      fetch the default model into the cache (idempotent)
+#   make tokenizers fetch the real tokenizers of each model family into the cache (idempotent)
 #   make build      cargo build --release
 #   make demo       chat with the default model: make demo PROMPT="..."
 #   make test       cargo test --release against the default model on Vulkan
-#   make fixtures   regenerate tests/fixtures/smollm2/fixtures.json (needs torch,
-#                   transformers, gguf, numpy, accelerate; not part of `test`)
+#   make fixtures   regenerate tests/fixtures/smollm2/fixtures.json and the per-family
+#                   tokenizer/chat-template fixtures (needs torch, transformers, gguf, numpy,
+#                   accelerate, sentencepiece; not part of `test`)
 #   make pkg        build the browser npm package into pkg/ (wasm-bindgen + wasm-opt)
 #   make demo       (also) serves the browser chat demo on http://localhost:$(DEMO_PORT)/
 #   make test-browser  headless-Chromium (SwiftShader WebGPU) tests of pkg/
@@ -24,16 +26,19 @@ DEMO_PORT ?= 8080
 NODE    ?= node
 NPM     ?= npm
 
-.PHONY: help setup model build demo test fixtures clean pkg test-browser serve
+.PHONY: help setup model tokenizers build demo test fixtures clean pkg test-browser serve
 
 help:
-	@sed -n '3,16s/^# \{0,1\}//p' Makefile
+	@sed -n '3,15s/^# \{0,1\}//p' Makefile
 
 setup:
 	scripts/setup.sh
 
 model:
 	scripts/fetch-model.sh
+
+tokenizers:
+	$(PYTHON) scripts/fetch-tokenizers.py
 
 build:
 	$(CARGO) build --release
@@ -53,8 +58,8 @@ serve:
 pkg:
 	scripts/build-pkg.sh
 
-test: setup model
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(MODEL)" WGPU_BACKEND=vulkan $(CARGO) test --release
+test: setup model tokenizers
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(MODEL)" FERROLM_REQUIRE_TOKENIZERS=1 WGPU_BACKEND=vulkan $(CARGO) test --release
 	$(MAKE) test-browser
 
 # Installs its own npm deps (tests/browser/package-lock.json) and drives /usr/bin/chromium
@@ -63,8 +68,9 @@ test-browser: model pkg
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
 	cd tests/browser && FERROLM_MODEL="$(abspath $(MODEL))" $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
 
-fixtures: model
+fixtures: model tokenizers
 	$(PYTHON) tests/scripts/make_model_fixtures.py --model "$(MODEL)" --out $(FIXTURES)
+	$(PYTHON) tests/scripts/make_family_fixtures.py
 
 clean:
 	$(CARGO) clean

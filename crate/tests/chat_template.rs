@@ -116,3 +116,158 @@ fn hostile_templates_stop_quickly() {
     let m = template_err(&"x".repeat(2 << 20));
     assert!(m.contains("bytes"), "{m}");
 }
+
+// ---- real templates of each model family ---------------------------------------------------------
+
+/// The real chat templates in tests/fixtures/chat_templates (from llama.cpp's models/templates and
+/// the tokenizer packages, see its README) against transformers' rendering, written by
+/// tests/scripts/make_family_fixtures.py into expected.json.
+fn real_templates() -> Value {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/chat_templates/expected.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn template_source(file: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/chat_templates").join(file);
+    std::fs::read_to_string(p).unwrap()
+}
+
+/// `ours` equals `want`, where `want` may hold one `{{DATE}}` standing for today's date as
+/// "%d %b %Y" (Llama 3.2's template asks strftime_now).
+fn same_modulo_date(ours: &str, want: &str) -> bool {
+    let Some(at) = want.find("{{DATE}}") else { return ours == want };
+    let date = ours.get(at..at + 11).unwrap_or("");
+    let b = date.as_bytes();
+    let shaped = b.len() == 11
+        && b[..2].iter().all(u8::is_ascii_digit)
+        && b[2] == b' '
+        && b[3..6].iter().all(u8::is_ascii_alphabetic)
+        && b[6] == b' '
+        && b[7..].iter().all(u8::is_ascii_digit);
+    shaped && ours[..at] == want[..at] && ours[at + 11..] == want[at + 8..]
+}
+
+/// The tokenizer a template's ids were made with: the family's real tokenizer.json from the cache
+/// (`make tokenizers`), or the committed Phi-3 GGUF. None when it is not fetched.
+fn family_tokenizer(family: &str) -> Option<ferrolm::tokenizer::Tokenizer> {
+    use ferrolm::tokenizer::Tokenizer;
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    if family == "phi3" {
+        let g = GgufFile::read(&FileSource::open(fixtures.join("tokenizer/llamacpp/ggml-vocab-phi-3.gguf")).unwrap())
+            .unwrap();
+        return Some(Tokenizer::from_gguf(&g).unwrap());
+    }
+    let dir = if family == "qwen" { "qwen3" } else { family };
+    let root = std::env::var_os("FERROLM_CACHE").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ferrolm")
+    });
+    let d = root.join("tokenizers").join(dir);
+    let (Ok(json), Ok(config)) =
+        (std::fs::read_to_string(d.join("tokenizer.json")), std::fs::read_to_string(d.join("tokenizer_config.json")))
+    else {
+        let msg = format!("{}: tokenizer not fetched (make tokenizers); ids not checked", d.display());
+        if std::env::var_os("FERROLM_REQUIRE_TOKENIZERS").is_some_and(|v| v != "0") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED: {msg}");
+        return None;
+    };
+    Some(Tokenizer::from_hf_json(&json, Some(&config)).unwrap())
+}
+
+#[test]
+fn real_templates_render_like_transformers() {
+    let fx = real_templates();
+    let mut failures = Vec::new();
+    let mut checked = (0, 0, 0);
+    for t in fx["templates"].as_array().unwrap() {
+        let file = t["file"].as_str().unwrap();
+        let tmpl = ChatTemplate::new(
+            &template_source(file),
+            t["bos_token"].as_str().unwrap(),
+            t["eos_token"].as_str().unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let tok = t["family"].as_str().and_then(family_tokenizer);
+        for case in t["cases"].as_array().unwrap() {
+            let msgs = messages(&case["messages"]);
+            let gen = case["add_generation_prompt"].as_bool().unwrap();
+            let what = format!("{file} gen={gen} {:?}", msgs.iter().map(|m| m.role.as_str()).collect::<Vec<_>>());
+            match (tmpl.render(&msgs, gen), case.get("error").and_then(Value::as_str)) {
+                (Err(Error::Template(m)), Some(want)) if m.contains(want) => checked.0 += 1,
+                (Ok(ours), None) => {
+                    let want = case["rendered"].as_str().unwrap();
+                    if !same_modulo_date(&ours, want) {
+                        failures.push(format!("{what}:\n  ours {ours:?}\n  want {want:?}"));
+                        continue;
+                    }
+                    checked.0 += 1;
+                    if let (Some(tok), Some(ids)) = (&tok, case.get("ids")) {
+                        let want: Vec<u32> = serde_json::from_value(ids.clone()).unwrap();
+                        let got = tok.encode(&ours).unwrap();
+                        if got != want {
+                            failures.push(format!("{what}: ids\n  ours {got:?}\n  want {want:?}"));
+                        }
+                        checked.1 += 1;
+                    }
+                }
+                (got, want) => failures.push(format!("{what}: got {got:?}, transformers raised {want:?}")),
+            }
+        }
+        // The token that closes an assistant turn must stop generation.
+        if let Some(tok) = &tok {
+            let case = t["cases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| {
+                    c["messages"].as_array().unwrap().last().unwrap()["role"] == "assistant"
+                        && c["add_generation_prompt"] == false
+                        && c.get("rendered").is_some()
+                })
+                .expect("a conversation ending with the assistant");
+            let text = case["rendered"].as_str().unwrap();
+            // Some templates keep the reply's trailing spaces ("  Hi!  "); what follows them closes the turn.
+            let after = text[text.rfind("Hi!").expect("the assistant's reply") + 3..].trim_start();
+            let first = tok.encode(after).unwrap()[0];
+            if !tok.eos_ids().contains(&first) {
+                failures.push(format!(
+                    "{file}: the assistant turn ends with {:?} = {first} ({:?}), not among the stop ids {:?}",
+                    after,
+                    tok.token_text(first),
+                    tok.eos_ids()
+                ));
+            }
+            checked.2 += 1;
+        }
+    }
+    eprintln!("{} renders, {} tokenizations, {} end-of-turn tokens checked", checked.0, checked.1, checked.2);
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn gemma2_system_role_is_a_template_error() {
+    // Gemma 2's template refuses a system message; that surfaces as Error::Template.
+    let t = ChatTemplate::new(&template_source("gemma-2.jinja"), "<bos>", "<eos>").unwrap();
+    let r = t.render(&[ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hi")], true);
+    match r {
+        Err(Error::Template(m)) => assert!(m.contains("System role not supported"), "{m}"),
+        other => panic!("expected a template error, got {other:?}"),
+    }
+}
+
+#[test]
+fn phi3_gguf_embedded_template() {
+    // The template and BOS/EOS texts as a GGUF carries them (llama.cpp's Phi-3 vocab file).
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/tokenizer/llamacpp/ggml-vocab-phi-3.gguf");
+    let g = GgufFile::read(&FileSource::open(&p).unwrap()).unwrap();
+    let t = ChatTemplate::from_gguf(&g).unwrap().expect("the file has a template");
+    let fx = real_templates();
+    let phi3 = fx["templates"].as_array().unwrap().iter().find(|t| t["file"] == "phi-3.jinja").unwrap();
+    assert_eq!(template_source("phi-3.jinja"), g.get_str("tokenizer.chat_template").unwrap().unwrap());
+    for case in phi3["cases"].as_array().unwrap() {
+        let got = t.render(&messages(&case["messages"]), case["add_generation_prompt"].as_bool().unwrap()).unwrap();
+        assert_eq!(got, case["rendered"].as_str().unwrap());
+    }
+}

@@ -164,17 +164,34 @@ SPM_TEXTS = ["", "hello world", " hello", "hello  world", "   world", "héllo\n"
 
 
 def spm():
+    """Reference: transformers' GGUF tokenizer with llama.cpp's SentencePiece rule for the `▁`
+    prefix, which is also what SentencePiece and Llama 2's/Phi-3's tokenizer.json do: one `▁` before
+    the text and after every special token, even when the text starts with a space (a `Prepend`
+    normalizer, run on each piece between special tokens). transformers' plain LlamaTokenizer uses
+    `Metaspace(prepend_scheme="first")` instead; its ids are kept as `hf_gguf_ids` where they differ."""
+    from tokenizers import normalizers
+
     path = os.path.join(OUT, "spm_tiny.gguf")
     write_spm_gguf(path)
+    hf = load(path)
     tok = load(path)
+    tok.backend_tokenizer.normalizer = normalizers.Sequence(
+        [normalizers.Prepend(prepend="\u2581"), normalizers.Replace(pattern=" ", content="\u2581")]
+    )
+    tok.backend_tokenizer.pre_tokenizer = None
     texts = []
     for t in SPM_TEXTS:
         ids = tok(t, add_special_tokens=False)["input_ids"]
-        texts.append({"text": t, "ids": ids, "decoded": tok.decode(ids)})
+        entry = {"text": t, "ids": ids, "decoded": tok.decode(ids)}
+        hf_ids = hf(t, add_special_tokens=False)["input_ids"]
+        if hf_ids != ids:
+            entry["hf_gguf_ids"] = hf_ids
+        texts.append(entry)
     # The same tokenizer as a Hugging Face tokenizer.json, for Tokenizer::from_hf_json.
     with open(os.path.join(OUT, "spm_tiny.tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(tok.backend_tokenizer.to_str())
-    return {"source": "transformers GGUF tokenizer of spm_tiny.gguf", "texts": texts}
+    return {"source": "transformers GGUF tokenizer of spm_tiny.gguf, `▁` prefix as llama.cpp/SentencePiece",
+            "texts": texts}
 
 
 def main():

@@ -1,14 +1,23 @@
-//! Tokenizer from GGUF metadata (llama.cpp's `tokenizer.ggml.*` keys), built to match what
-//! transformers builds from the same file (`integrations/gguf/gguf_tokenizer_mapping.py`), since
-//! that is the reference our tests compare against:
+//! Tokenizer from GGUF metadata (llama.cpp's `tokenizer.ggml.*` keys). The aim is the ids of the
+//! model's own tokenizer (its tokenizer.json, or SentencePiece), which is what llama.cpp gives too;
+//! crate/tests/tokenizer_families.rs checks that on real vocabularies of each family. The pipeline
+//! follows what transformers builds from the same file (`integrations/gguf/`) except where that
+//! differs from the model's tokenizer:
 //!
-//! * "gpt2": byte-level BPE from `tokens` + `merges`; the text split follows `tokenizer.ggml.pre`.
+//! * "gpt2": byte-level BPE from `tokens` + `merges`; the text split follows `tokenizer.ggml.pre`
+//!   (see `pretok.rs`, which also says which vocabularies skip merges for whole-token pieces and
+//!   which normalize to NFC first).
 //! * "llama": SentencePiece-style BPE with byte fallback (`<0x0A>`), `▁` for spaces. When the file
 //!   has no merges they are derived from the scores the way transformers does (`generate_merges`),
-//!   which reproduces SentencePiece's "merge the best-scoring pair first".
+//!   which reproduces SentencePiece's "merge the best-scoring pair first". With
+//!   `add_space_prefix` (the default) a `▁` goes before the text and after each special token,
+//!   even before a leading space, as llama.cpp does (transformers' plain LlamaTokenizer skips it
+//!   for text that starts with a space). Mistral's v2/v3 vocabularies (control tokens [INST] and
+//!   [/INST]) follow mistral-common instead: no second `▁` after a special token.
 //!
 //! Control tokens (type 3) and the BOS/EOS/UNK/PAD tokens become special added tokens and
-//! user-defined tokens (type 4) plain added tokens, so their text in a prompt maps to their id.
+//! user-defined tokens (type 4) plain added tokens, so their text in a prompt maps to their id; a
+//! model named Phi-3 gets llama.cpp's (and its tokenizer_config's) `rstrip` on them.
 //! Everything is validated first: the `tokenizers` crate panics on some malformed input (a merge
 //! longer than every token), and a bad file must give an error, not a crash.
 
@@ -21,7 +30,10 @@ use tokenizers::decoders::sequence::Sequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::normalizers::{NormalizerWrapper, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
 use tokenizers::AddedToken;
 
@@ -93,6 +105,7 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
         (id("bos_token_id")?, id("eos_token_id")?, id("unknown_token_id")?, id("padding_token_id")?);
     let eot: Vec<u32> = [id("eot_token_id")?, id("eom_token_id")?].into_iter().flatten().collect();
     let ty = |i: usize| types.get(i).copied().unwrap_or(1);
+    let mut prefix_leading_space = false;
 
     let (mut hf, add_bos_default, specials_ok): (tokenizers::Tokenizer, bool, Box<dyn Fn(&str) -> bool>) = match model {
         "gpt2" => {
@@ -116,8 +129,15 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
             let merges =
                 merges.ok_or_else(|| tok_err("a gpt2 tokenizer needs tokenizer.ggml.merges, which is missing"))?;
             let merges = parse_merges(&merges, &vocab)?;
-            let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(tok_err)?;
+            let bpe = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .ignore_merges(pretok::ignores_merges(pre))
+                .build()
+                .map_err(tok_err)?;
             let mut hf = tokenizers::Tokenizer::new(bpe);
+            if pretok::nfc(pre) {
+                hf.with_normalizer(Some(NFC)).map_err(tok_err)?;
+            }
             hf.with_pre_tokenizer(Some(pretok::byte_level(pre)?));
             hf.with_decoder(Some(ByteLevel::default()));
             // A control token outside the byte alphabet is a llama.cpp mislabel; transformers skips it.
@@ -142,10 +162,29 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
                 .build()
                 .map_err(tok_err)?;
             let mut hf = tokenizers::Tokenizer::new(bpe);
-            // transformers always prepends `▁` to the first piece (it ignores add_space_prefix);
-            // we honour the flag, which only matters for files that set it to false.
-            let scheme = if add_space_prefix { PrependScheme::First } else { PrependScheme::Never };
-            hf.with_pre_tokenizer(Some(Metaspace::new('▁', scheme, false)));
+            // llama.cpp's SentencePiece rule: with add_space_prefix, one `▁` goes before the text
+            // and after every special token, also when the text already starts with a space
+            // ("  hi" is `▁▁▁hi`, as SentencePiece's dummy prefix and Phi-3's and Llama 2's
+            // tokenizer.json make it). A normalizer runs on each piece between special tokens, so
+            // `Prepend` does exactly that; `Metaspace` would skip text that starts with a space.
+            //
+            // Mistral's v2/v3 vocabularies (control tokens [INST] and [/INST]) are the exception:
+            // mistral-common encodes each message on its own and puts the control tokens between,
+            // so "[INST] What" must be [INST] `▁What`, where llama.cpp's rule gives [INST] `▁` `▁What`
+            // (their tokenizer.json agrees with mistral-common: Metaspace, not legacy). There a
+            // piece after a special token gets `▁` only when it does not start with a space, and
+            // the start of the text keeps SentencePiece's prefix (see `Tokenizer::encode`).
+            let space: NormalizerWrapper = Replace::new(" ", "▁").map_err(tok_err)?.into();
+            let control = |t: &str| tokens.iter().zip(0..).any(|(x, i)| x == t && ty(i) == CONTROL);
+            if add_space_prefix && control("[INST]") && control("[/INST]") {
+                hf.with_pre_tokenizer(Some(Metaspace::new('▁', PrependScheme::Always, false)));
+                prefix_leading_space = true;
+            } else if add_space_prefix {
+                hf.with_normalizer(Some(NormalizerSequence::new(vec![Prepend::new("▁".into()).into(), space])))
+                    .map_err(tok_err)?;
+            } else {
+                hf.with_normalizer(Some(space)).map_err(tok_err)?;
+            }
             let mut dec: Vec<DecoderWrapper> =
                 vec![Replace::new("▁", " ").map_err(tok_err)?.into(), ByteFallback::new().into(), Fuse::new().into()];
             if add_space_prefix {
@@ -157,21 +196,30 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
         other => return Err(Error::Unsupported(format!("tokenizer model {other:?} (supported: gpt2, llama)"))),
     };
 
+    // llama.cpp gives the special tokens of a model named Phi-3 `rstrip` (whitespace after them is
+    // dropped), except <unk>, <s> and <|endoftext|>: what Phi-3's tokenizer_config.json says.
+    let name = g.get_str("general.name").map_err(meta)?.unwrap_or("").to_lowercase();
+    let phi3 = name.contains("phi-3") || name.contains("phi3");
+    let rstrip = |t: &str| phi3 && !["<unk>", "<s>", "<|endoftext|>"].contains(&t);
     let is_special_id = |i: usize| ty(i) == CONTROL || [bos, eos, unk, pad].contains(&Some(i as u32));
     let special: Vec<AddedToken> = (0..n)
         .filter(|&i| is_special_id(i) && specials_ok(&tokens[i]))
-        .map(|i| AddedToken::from(tokens[i].clone(), true).normalized(false))
+        .map(|i| AddedToken::from(tokens[i].clone(), true).normalized(false).rstrip(rstrip(&tokens[i])))
         .collect();
     hf.add_special_tokens(special).map_err(tok_err)?;
     let user: Vec<AddedToken> = (0..n)
         .filter(|&i| ty(i) == USER_DEFINED && !is_special_id(i) && specials_ok(&tokens[i]))
-        .map(|i| AddedToken::from(tokens[i].clone(), false).normalized(false))
+        .map(|i| AddedToken::from(tokens[i].clone(), false).normalized(false).rstrip(rstrip(&tokens[i])))
         .collect();
     hf.add_tokens(user).map_err(tok_err)?;
 
     let add_bos = g.get_bool("tokenizer.ggml.add_bos_token").map_err(meta)?.unwrap_or(add_bos_default);
     let eos_ids = collect_eos_ids(eos, &eot, &tokens, |i| ty(i as usize) == CONTROL);
-    Ok(Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids))
+    let mut tok = Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids);
+    if prefix_leading_space {
+        tok.prefix_leading_space();
+    }
+    Ok(tok)
 }
 
 /// "left right" lines; both halves and their concatenation must be tokens.

@@ -31,6 +31,10 @@ const END_OF_TURN: &[&str] = &[
     "<|return|>",
     "<|end▁of▁sentence|>",
     "<EOT>",
+    // The plain end-of-sequence texts, for a tokenizer whose EOS is an end-of-turn token (Gemma's
+    // tokenizer_config.json names <end_of_turn>; generation_config.json also stops on <eos>).
+    "<eos>",
+    "</s>",
 ];
 
 /// A tokenizer plus the model's special ids. Cheap to clone (shared).
@@ -48,6 +52,9 @@ struct Inner {
     eos: Option<u32>,
     add_bos: bool,
     eos_ids: Vec<u32>,
+    /// Encode text that starts with a space as if it had one more: SentencePiece's dummy prefix
+    /// for a pipeline whose `Metaspace` would not add it there (GGUF Mistral v3, see gguf.rs).
+    prefix_leading_space: bool,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -120,12 +127,23 @@ impl Tokenizer {
         add_bos: bool,
         eos_ids: Vec<u32>,
     ) -> Self {
-        Tokenizer { inner: Arc::new(Inner { hf, tokens, bos, eos, add_bos, eos_ids }) }
+        Tokenizer { inner: Arc::new(Inner { hf, tokens, bos, eos, add_bos, eos_ids, prefix_leading_space: false }) }
+    }
+
+    fn prefix_leading_space(&mut self) {
+        Arc::get_mut(&mut self.inner).expect("not shared yet").prefix_leading_space = true;
     }
 
     /// Token ids for `text`, nothing added (no BOS); special-token text such as `<|im_start|>` is
     /// recognized and becomes its id.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let spaced;
+        let text = if self.inner.prefix_leading_space && text.starts_with(' ') {
+            spaced = format!(" {text}");
+            &spaced
+        } else {
+            text
+        };
         let enc = self.inner.hf.encode_fast(text, false).map_err(tok_err)?;
         Ok(enc.get_ids().to_vec())
     }

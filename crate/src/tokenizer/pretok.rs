@@ -72,6 +72,23 @@ fn regex_list(pre: &str) -> Option<Vec<&'static str>> {
     })
 }
 
+/// Whether a whole piece that is itself a token skips the merges (tokenizers' `ignore_merges`):
+/// llama.cpp turns this on for these `pre` names, as their tokenizer.json files do. It changes the
+/// result for pieces that the merges would not rebuild ("Cửa Việt" with Llama 3).
+pub(super) fn ignores_merges(pre: &str) -> bool {
+    matches!(
+        pre,
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" | "tekken"
+    )
+}
+
+/// Whether the model's tokenizer.json normalizes text to NFC before splitting it: Qwen's do
+/// (`"normalizer": {"type": "NFC"}`). llama.cpp skips that step, so a decomposed "é" tokenizes
+/// differently there; we follow the model's own tokenizer.
+pub(super) fn nfc(pre: &str) -> bool {
+    matches!(pre, "qwen2" | "deepseek-r1-qwen")
+}
+
 /// Build the pre-tokenizer for a byte-level vocabulary.
 pub(super) fn byte_level(pre: &str) -> Result<PreTokenizerWrapper> {
     let list = regex_list(pre).unwrap_or_else(|| {
