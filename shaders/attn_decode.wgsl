@@ -82,27 +82,44 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let c0 = split * CH;
     let words = HD / 2u;
     let slot = (h * ((CTX + CH - 1u) / CH) + split) * (HD + 2u);
+    // One key per invocation (the upper half of the workgroup idles while scoring). Its first
+    // four 16-byte pieces are requested before q is staged, so the two round trips overlap, and
+    // the rest four at a time: a loop that consumes each load right away waits one memory
+    // latency per iteration (that made this kernel ~13 us at 640 keys).
+    let j = c0 + tid;
+    let live = tid < CH && j >= start && j < end;
+    let kb = (kvh * CAP + j % CAP) * (words / 4u);
+    let early = words / 4u >= 4u;
+    var k0 = vec4<u32>(0u);
+    var k1 = vec4<u32>(0u);
+    var k2 = vec4<u32>(0u);
+    var k3 = vec4<u32>(0u);
+    if (live && early) {
+        k0 = k_cache[kb];
+        k1 = k_cache[kb + 1u];
+        k2 = k_cache[kb + 2u];
+        k3 = k_cache[kb + 3u];
+    }
     if (tid < HD / 4u) {
         let i = h * HD + 4u * tid;
         q_sh[tid] = vec4<f32>(q[i], q[i + 1u], q[i + 2u], q[i + 3u]) * SCALE;
     }
     workgroupBarrier();
 
-    // One key per invocation (the upper half of the workgroup idles here).
-    let j = c0 + tid;
     var s = -3.0e38;
-    if (tid < CH && j >= start && j < end) {
-        let kb = (kvh * CAP + j % CAP) * (words / 4u);
-        // Four loads issued before any is used: a loop that consumes each load right away
-        // waits one memory latency per iteration (measured: 13 us per dispatch at 640 keys).
+    if (live) {
         var d = 0.0;
         var i = 0u;
+        if (early) {
+            d = kdot(k0, 0u) + kdot(k1, 1u) + kdot(k2, 2u) + kdot(k3, 3u);
+            i = 4u;
+        }
         for (; i + 4u <= words / 4u; i += 4u) {
-            let k0 = k_cache[kb + i];
-            let k1 = k_cache[kb + i + 1u];
-            let k2 = k_cache[kb + i + 2u];
-            let k3 = k_cache[kb + i + 3u];
-            d += kdot(k0, i) + kdot(k1, i + 1u) + kdot(k2, i + 2u) + kdot(k3, i + 3u);
+            let a0 = k_cache[kb + i];
+            let a1 = k_cache[kb + i + 1u];
+            let a2 = k_cache[kb + i + 2u];
+            let a3 = k_cache[kb + i + 3u];
+            d += kdot(a0, i) + kdot(a1, i + 1u) + kdot(a2, i + 2u) + kdot(a3, i + 3u);
         }
         for (; i < words / 4u; i++) {
             d += kdot(k_cache[kb + i], i);

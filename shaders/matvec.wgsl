@@ -52,6 +52,16 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         rows = vec4<u32>(j, j + 1u, j + N / 2u, j + 1u + N / 2u);
     }
     let first = rows.x;
+    // What the epilogue adds (bias, residual) is requested now, not after the reduction: each
+    // dependent memory round trip adds its latency to the step.
+    let row = min(first + min(t, 3u), N - 1u);
+    var extra = 0.0;
+    if (HAS_BIAS) {
+        extra = vecs[BIAS_OFF + row];
+    }
+    if (EPI == 1u) {
+        extra += y[row];
+    }
     let d = dot4(min(rows, vec4<u32>(N - 1u)), lid, slice, NORM);
     var v = join_slices(reduce4(d.v, lid), lid);
     if (NORM) {
@@ -71,20 +81,14 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
             y[first + t] = a * up;
         }
     } else {
-        store(v, first, slice, t, slot, wgi);
+        store(v, first, slice, t, slot, wgi, extra);
     }
 }
 
-fn store(v: vec4<f32>, first: u32, slice: u32, t: u32, slot: u32, wgi: u32) {
+fn store(v: vec4<f32>, first: u32, slice: u32, t: u32, slot: u32, wgi: u32, extra: f32) {
     let row = first + min(t, 3u);
-    var o = v[min(t, 3u)];
-    if (HAS_BIAS) {
-        o += vecs[BIAS_OFF + min(row, N - 1u)];
-    }
+    var o = v[min(t, 3u)] + extra;
     let owner = slice == 0u && t < 4u && row < N;
-    if (EPI == 1u && owner) {
-        o += y[row];
-    }
     if (SOFTCAP > 0.0) {
         o = SOFTCAP * tanh(o / SOFTCAP);
     }

@@ -41,24 +41,30 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
     let t = lid % 32u;
     let first = 4u * g;
     let rows = min(vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(n - 1u));
-    let d = dot4(rows, lid, slice, true);
-    var v = join_slices(reduce4(d.v, lid), lid) * (1.0 / sqrt(d.ss / f32(K) + EPS));
-    if (HAS_BIAS) {
-        v += vec4<f32>(vecs[BIAS_OFF + rows.x], vecs[BIAS_OFF + rows.y], vecs[BIAS_OFF + rows.z],
-                       vecs[BIAS_OFF + rows.w]);
+    // Bias and rotation are requested before the dot products, not after the reduction: each
+    // dependent memory round trip adds its latency to the step.
+    let pos = step.pos0;
+    let row = first + 2u * min(t, 1u);
+    let dim = row % HD;
+    var cs = vec2<f32>(1.0, 0.0);
+    if (dim < ROT) {
+        cs = rope[pos * (ROT / 2u) + dim / 2u];
     }
+    var bias = vec4<f32>(0.0);
+    if (HAS_BIAS) {
+        bias = vec4<f32>(vecs[BIAS_OFF + rows.x], vecs[BIAS_OFF + rows.y], vecs[BIAS_OFF + rows.z],
+                         vecs[BIAS_OFF + rows.w]);
+    }
+    let d = dot4(rows, lid, slice, true);
+    let v = join_slices(reduce4(d.v, lid), lid) * (1.0 / sqrt(d.ss / f32(K) + EPS)) + bias;
     // Invocations 0 and 1 finish the group's two row pairs: rotate (q, k) and store.
-    let row = first + 2u * t;
     if (slice != 0u || t >= 2u || row >= n) {
         return;
     }
     var a = v[2u * t];
     var b = v[2u * t + 1u];
-    let pos = step.pos0;
     let is_v = row >= QD + KVD;
-    let dim = row % HD;
     if (!is_v && dim < ROT) {
-        let cs = rope[pos * (ROT / 2u) + dim / 2u];
         let ra = a * cs.x - b * cs.y;
         let rb = b * cs.x + a * cs.y;
         a = ra;

@@ -15,9 +15,17 @@
 
 override LAYOUT: u32 = 0u;   // 0 F32, 1 F16, 2 BF16, 3 Q4, 4 Q8 (as weights.wgsl)
 override QBLOCK: u32 = 32u;
+override META16: bool = false;   // one f16 (scale, offset) word per block instead of two f32s
 
 @group(0) @binding(0) var<storage, read> w4: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> wm: array<vec2<f32>>;
+@group(0) @binding(1) var<storage, read> wm: array<u32>;
+
+fn block_meta(b: u32) -> vec2<f32> {
+    if (META16) {
+        return unpack2x16float(wm[b]);
+    }
+    return vec2<f32>(bitcast<f32>(wm[2u * b]), bitcast<f32>(wm[2u * b + 1u]));
+}
 
 const MAGIC = vec4<u32>(0x4b000000u);
 const TWO23: f32 = 8388608.0;
@@ -90,15 +98,15 @@ fn wload(row: u32, c: u32) -> Wc {
     switch LAYOUT {
         case 3u: {
             w.a = w4[e / 32u];
-            w.m = vec4<f32>(wm[e / 32u], 0.0, 0.0);
+            w.m = vec4<f32>(block_meta(e / 32u), 0.0, 0.0);
         }
         case 4u: {
             w.a = w4[e / 16u];
             w.b = w4[e / 16u + 1u];
             if (QBLOCK == 32u) {
-                w.m = vec4<f32>(wm[e / 32u], 0.0, 0.0);
+                w.m = vec4<f32>(block_meta(e / 32u), 0.0, 0.0);
             } else {
-                w.m = vec4<f32>(wm[e / 16u], wm[e / 16u + 1u]);
+                w.m = vec4<f32>(block_meta(e / 16u), block_meta(e / 16u + 1u));
             }
         }
         case 0u: {
@@ -156,6 +164,7 @@ override KT: u32 = 2048u;
 // Row groups that share four rows, each taking every S-th chunk: with few rows, more row groups
 // per row keep enough loads in flight.
 override S: u32 = 1u;
+override PREFETCH: bool = true;
 override XS_LEN: u32 = 576u;    // KT / 4 + KT / 32 (naga cannot size arrays by expressions)
 var<workgroup> xs: array<vec4<f32>, XS_LEN>;
 var<workgroup> ssg: array<f32, 8>;
@@ -215,7 +224,10 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
         ss += stage(k0, len, lid, norm);
         workgroupBarrier();
         for (var c = t; c < len / ch; c += 32u * S) {
-            let next = wload4(r, min(k0 / ch + c + 32u * S, last));
+            var next: W4;
+            if (PREFETCH) {
+                next = wload4(r, min(k0 / ch + c + 32u * S, last));
+            }
             let k = c * ch;
             var xc: Xc;
             xc.a0 = xget(k);
@@ -238,7 +250,11 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
                 xc.a4 *= sc; xc.a5 *= sc; xc.a6 *= sc; xc.a7 *= sc;
             }
             out.v += wdot4(w, xc);
-            w = next;
+            if (PREFETCH) {
+                w = next;
+            } else {
+                w = wload4(r, min(k0 / ch + c + 32u * S, last));
+            }
         }
     }
     if (norm) {

@@ -1,7 +1,8 @@
 // Shared weight access, prepended to every kernel that reads a weight matrix.
 // Layouts are documented in crate/src/weights/pack.rs. For every layout, element e of the
 // row-major matrix lives in word e / (32 / bits) and its block's (scale, offset) in
-// w_meta[2 * (e / QBLOCK)], so addressing needs no per-layout row strides.
+// w_meta[2 * (e / QBLOCK)] (or one f16 pair word at e / QBLOCK with META16), so addressing
+// needs no per-layout row strides.
 
 const LAYOUT_F32: u32 = 0u;
 const LAYOUT_F16: u32 = 1u;
@@ -11,6 +12,7 @@ const LAYOUT_Q8: u32 = 4u;
 
 override LAYOUT: u32 = 0u;
 override QBLOCK: u32 = 32u;
+override META16: bool = false;   // w_meta holds one word per block: (scale, offset) as f16
 
 @group(0) @binding(0) var<storage, read> w_words: array<u32>;
 @group(0) @binding(1) var<storage, read> w_meta: array<f32>;
@@ -32,6 +34,14 @@ fn nib4(w: u32, shift: u32) -> vec4<f32> {
 fn sbyte4(w: u32) -> vec4<f32> {
     return vec4<f32>(f32(bitcast<i32>(w << 24u) >> 24u), f32(bitcast<i32>(w << 16u) >> 24u),
                      f32(bitcast<i32>(w << 8u) >> 24u), f32(bitcast<i32>(w) >> 24u));
+}
+
+// (scale, offset) of block b.
+fn block_meta(b: u32) -> vec2<f32> {
+    if (META16) {
+        return unpack2x16float(bitcast<u32>(w_meta[b]));
+    }
+    return vec2<f32>(w_meta[2u * b], w_meta[2u * b + 1u]);
 }
 
 // Eight consecutive weights starting at element e (a multiple of 8), dequantized to f32.
@@ -56,19 +66,15 @@ fn load8(e: u32) -> W8 {
         }
         case 3u: {
             let w = w_words[e / 8u];
-            let b = 2u * (e / QBLOCK);
-            let s = w_meta[b];
-            let o = w_meta[b + 1u];
-            r.lo = nib4(w, 0u) * s + o;
-            r.hi = nib4(w, 16u) * s + o;
+            let m = block_meta(e / QBLOCK);
+            r.lo = nib4(w, 0u) * m.x + m.y;
+            r.hi = nib4(w, 16u) * m.x + m.y;
         }
         default: {
             let i = e / 4u;
-            let b = 2u * (e / QBLOCK);
-            let s = w_meta[b];
-            let o = w_meta[b + 1u];
-            r.lo = sbyte4(w_words[i]) * s + o;
-            r.hi = sbyte4(w_words[i + 1u]) * s + o;
+            let m = block_meta(e / QBLOCK);
+            r.lo = sbyte4(w_words[i]) * m.x + m.y;
+            r.hi = sbyte4(w_words[i + 1u]) * m.x + m.y;
         }
     }
     return r;

@@ -12,22 +12,25 @@ enum L {
     BF16,
     Q4,
     Q8(u32),
+    /// Q4 / Q8 with one f16 (scale, offset) word per block (META16).
+    Q4h,
+    Q8h(u32),
 }
 
 impl L {
-    fn consts(self) -> [(&'static str, f64); 2] {
+    fn consts(self) -> [(&'static str, f64); 3] {
         let (id, b) = match self {
             L::F32 => (0, 32),
             L::F16 => (1, 32),
             L::BF16 => (2, 32),
-            L::Q4 => (3, 32),
-            L::Q8(b) => (4, b),
+            L::Q4 | L::Q4h => (3, 32),
+            L::Q8(b) | L::Q8h(b) => (4, b),
         };
-        [("LAYOUT", id as f64), ("QBLOCK", b as f64)]
+        [("LAYOUT", id as f64), ("QBLOCK", b as f64), ("META16", matches!(self, L::Q4h | L::Q8h(_)) as u32 as f64)]
     }
 }
 
-const ALL: [L; 6] = [L::F32, L::F16, L::BF16, L::Q4, L::Q8(16), L::Q8(32)];
+const ALL: [L; 9] = [L::F32, L::F16, L::BF16, L::Q4, L::Q8(16), L::Q8(32), L::Q4h, L::Q8h(16), L::Q8h(32)];
 
 /// Random weights in a layout (as documented in weights/pack.rs) and their dense values.
 fn random_matrix(r: &mut R, l: L, rows: usize, cols: usize) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
@@ -53,26 +56,40 @@ fn random_matrix(r: &mut R, l: L, rows: usize, cols: usize) -> (Vec<u32>, Vec<f3
                 .collect();
             (bits.chunks(2).map(|p| p[0] as u32 | (p[1] as u32) << 16).collect(), vec![], dense)
         }
-        L::Q4 | L::Q8(_) => {
+        L::Q4 | L::Q8(_) | L::Q4h | L::Q8h(_) => {
             let (per_word, block) = match l {
-                L::Q4 => (8, 32),
-                L::Q8(b) => (4, b as usize),
+                L::Q4 | L::Q4h => (8, 32),
+                L::Q8(b) | L::Q8h(b) => (4, b as usize),
                 _ => unreachable!(),
             };
+            let m16 = matches!(l, L::Q4h | L::Q8h(_));
             let words: Vec<u32> = (0..n / per_word).map(|_| r.u32()).collect();
-            let meta: Vec<f32> =
-                (0..2 * n / block).map(|i| if i % 2 == 0 { r.f() * 0.1 } else { r.f() * 0.5 }).collect();
+            let meta: Vec<f32> = (0..2 * n / block)
+                .map(|i| if i % 2 == 0 { r.f() * 0.1 } else { r.f() * 0.5 })
+                .map(|v| if m16 { half::f16::from_f32(v).to_f32() } else { v })
+                .collect();
             let dense = (0..n)
                 .map(|e| {
                     let w = words[e / per_word];
                     let q = match l {
-                        L::Q4 => ((w >> (4 * (e % 8))) & 15) as f32,
+                        L::Q4 | L::Q4h => ((w >> (4 * (e % 8))) & 15) as f32,
                         _ => ((w >> (8 * (e % 4))) & 255) as u8 as i8 as f32,
                     };
                     let b = e / block;
                     meta[2 * b] * q + meta[2 * b + 1]
                 })
                 .collect();
+            if m16 {
+                // The GPU buffer holds one word per block: f16 scale low, f16 offset high.
+                let packed = meta
+                    .chunks(2)
+                    .map(|p| {
+                        let h = |v: f32| half::f16::from_f32(v).to_bits() as u32;
+                        f32::from_bits(h(p[0]) | h(p[1]) << 16)
+                    })
+                    .collect();
+                return (words, packed, dense);
+            }
             (words, meta, dense)
         }
     }
@@ -128,12 +145,13 @@ fn check_linear(
     // Bias sits at offset 3 of the vecs buffer, as it would after a layer's norm weights.
     let vecs: Vec<f32> = [vec![9.0; 3], bias.clone()].concat();
     let vb = buf_f32(g, &vecs);
-    let [c0, c1] = l.consts();
+    let [c0, c1, c2] = l.consts();
     let (consts, grid): (Vec<(&str, f64)>, [u32; 3]) = match kernel {
         Kernel::MatVec => (
             vec![
                 c0,
                 c1,
+                c2,
                 ("K", k as f64),
                 ("N", n as f64),
                 ("EPI", accumulate as u32 as f64),
@@ -146,6 +164,7 @@ fn check_linear(
             vec![
                 c0,
                 c1,
+                c2,
                 ("K", k as f64),
                 ("N", n as f64),
                 ("ACCUMULATE", accumulate as u32 as f64),
@@ -203,10 +222,11 @@ fn matvec_norm_and_glu() {
         let (wb, xb, vb) = (buf_u32(&g, &words), buf_f32(&g, &x), buf_f32(&g, &vecs));
         let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
         let yb = poisoned(&g, want.len());
-        let [c0, c1] = l.consts();
+        let [c0, c1, c2] = l.consts();
         let consts = [
             c0,
             c1,
+            c2,
             ("K", k as f64),
             ("N", n as f64),
             ("EPI", if glu { 2.0 } else { 0.0 }),
@@ -262,17 +282,17 @@ fn matmul_all_layouts() {
 fn embed_lookup() {
     let g = gpu();
     let mut r = R::new();
-    for l in [L::F32, L::F16, L::Q4, L::Q8(32)] {
+    for l in [L::F32, L::F16, L::Q4, L::Q8(32), L::Q4h, L::Q8h(32)] {
         let (vocab, h, t) = (50, 64, 7);
         let (words, meta, dense) = random_matrix(&mut r, l, vocab, h);
         let ids: Vec<u32> = (0..t).map(|_| r.below(vocab as u32)).collect();
         let (wb, mb, ib) =
             (buf_u32(&g, &words), buf_f32(&g, if meta.is_empty() { &[0.0; 4] } else { &meta }), buf_u32(&g, &ids));
         let xb = poisoned(&g, t * h);
-        let [c0, c1] = l.consts();
+        let [c0, c1, c2] = l.consts();
         g.dispatch_once(
             Kernel::Embed,
-            &[c0, c1, ("H", h as f64), ("SCALE", 2.0)],
+            &[c0, c1, c2, ("H", h as f64), ("SCALE", 2.0)],
             &[(0, &wb), (1, &mb), (2, &ib), (3, &xb)],
             [t as u32, 0, 0, 0],
             [1, t as u32, 1],
@@ -415,7 +435,7 @@ fn qkv_rope_fused_decode() {
     let (hd, nh, nkv, ctx, pos0, k, eps) = (32usize, 3usize, 1usize, 16usize, 7usize, 96usize, 1e-5f32);
     let (qd, kvd) = (nh * hd, nkv * hd);
     let n = qd + 2 * kvd;
-    for (l, bias) in [(L::Q4, false), (L::Q8(32), true), (L::F32, true)] {
+    for (l, bias) in [(L::Q4, false), (L::Q8(32), true), (L::F32, true), (L::Q4h, true)] {
         let (inv, table) = rope_table(ctx, hd);
         let (words, meta, dense) = random_matrix(&mut r, l, n, k);
         let x = r.vec(k);
@@ -428,10 +448,11 @@ fn qkv_rope_fused_decode() {
         let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
         let qb = poisoned(&g, n);
         let kvb = buf_u32(&g, &vec![0xffff_ffffu32; 2 * nkv * ctx * hd / 2]);
-        let [c0, c1] = l.consts();
+        let [c0, c1, c2] = l.consts();
         let consts = [
             c0,
             c1,
+            c2,
             ("K", k as f64),
             ("KT", 64.0),
             ("XS_LEN", 18.0),
@@ -595,9 +616,9 @@ fn lm_head_argmax_picks_first_maximum() {
         let wgs = v.div_ceil(4 * wg / 32 / slices);
         let (wb, mb, xb, vb) = (buf_u32(&g, &words), buf_f32(&g, &[0.0; 4]), buf_f32(&g, &x), buf_f32(&g, &[0.0; 4]));
         let yb = poisoned(&g, v + 2 * wgs);
-        let [c0, c1] = L::F32.consts();
+        let [c0, c1, c2] = L::F32.consts();
         let consts =
-            [c0, c1, ("K", k as f64), ("N", v as f64), ("WG", wg as f64), ("S", slices as f64), ("ARGMAX", 1.0)];
+            [c0, c1, c2, ("K", k as f64), ("N", v as f64), ("WG", wg as f64), ("S", slices as f64), ("ARGMAX", 1.0)];
         g.dispatch_once(
             Kernel::MatVec,
             &consts,

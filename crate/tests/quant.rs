@@ -122,6 +122,18 @@ fn check_pack(ty: GgmlType, rows: usize, cols: usize, rng: &mut SplitMix64) -> u
     for r in [0, rows - 1] {
         assert_eq!(p.row(r), got[r * cols..(r + 1) * cols].to_vec());
     }
+    // f16 metadata: taken exactly when the block scales are f16 (Q4_0, Q4_1, Q8_0), and then it
+    // holds the very same (scale, offset) bits.
+    let m16 = p.meta_f16();
+    let want_m16 = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+    if want_m16 || m16.is_some() {
+        let m16 = m16.unwrap_or_else(|| panic!("{}: no exact f16 metadata", ty.name()));
+        assert_eq!(m16.len() * 2, p.meta.len());
+        for (b, w) in m16.iter().enumerate() {
+            let h = |x: u32| half::f16::from_bits(x as u16).to_f32().to_bits();
+            assert_eq!((h(w & 0xffff), h(w >> 16)), (p.meta[2 * b].to_bits(), p.meta[2 * b + 1].to_bits()));
+        }
+    }
     signed_zeros
 }
 

@@ -231,6 +231,10 @@ fn xs_len(kt: usize) -> f64 {
     (kt / 4 + kt / 32 + 1) as f64
 }
 
+fn env_usize(k: &str) -> Option<usize> {
+    std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok())
+}
+
 fn b(v: bool) -> f64 {
     v as u32 as f64
 }
@@ -287,7 +291,7 @@ impl Builder<'_> {
         bias: Option<usize>,
         argmax: bool,
     ) -> u32 {
-        let [l0, l1] = w.layout_constants();
+        let [l0, l1, l2] = w.layout_constants();
         let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
         let per_block = if epi == 2 { 2 } else { 4 };
         let (wg, slices) = self.mv_shape(outputs.div_ceil(per_block), w.cols, w.layout.block());
@@ -295,6 +299,7 @@ impl Builder<'_> {
         let consts = [
             l0,
             l1,
+            l2,
             ("K", w.cols as f64),
             ("N", w.rows as f64),
             ("EPI", epi as f64),
@@ -311,6 +316,7 @@ impl Builder<'_> {
             ("KT", kt as f64),
             ("XS_LEN", xs_len(kt)),
             ("ARGMAX", b(argmax)),
+            ("PREFETCH", b(env_usize("FERROLM_MV_NOPF").is_none())),
         ];
         let wgs = outputs.div_ceil(per_block * wg / 32 / slices) as u32;
         // Past 65535 workgroups the kernel folds (x, y) into one index.
@@ -327,7 +333,7 @@ impl Builder<'_> {
         let chunks = k / if block > 1 { 32 } else { 8 };
         let (mut wg, mut slices) = (256, 1);
         if let Some(s) = self.mv_force_s {
-            return (wg, s);
+            return (env_usize("FERROLM_MV_WG").unwrap_or(wg), s);
         }
         while blocks * slices / (wg / 32) < self.mv_target {
             if slices < 8 && chunks >= 64 * slices {
@@ -353,10 +359,11 @@ impl Builder<'_> {
         bias: Option<usize>,
         acc: bool,
     ) {
-        let [l0, l1] = w.layout_constants();
+        let [l0, l1, l2] = w.layout_constants();
         let consts = [
             l0,
             l1,
+            l2,
             ("K", w.cols as f64),
             ("N", w.rows as f64),
             ("ACCUMULATE", b(acc)),
@@ -415,11 +422,11 @@ pub fn build(
     // needs the whole head first, so those models take the matvec + rope_kv route.
     let fused_qkv = !batched && !cfg.qk_norm;
 
-    let [l0, l1] = w.embed.layout_constants();
+    let [l0, l1, l2] = w.embed.layout_constants();
     p.push(
         "embed",
         Kernel::Embed,
-        &[l0, l1, ("H", cfg.hidden as f64), ("SCALE", cfg.embed_scale as f64)],
+        &[l0, l1, l2, ("H", cfg.hidden as f64), ("SCALE", cfg.embed_scale as f64)],
         &[(0, &w.embed.words), (1, &w.embed.meta), (2, &bf.ids), (3, &bf.x)],
         Grid::PerToken((cfg.hidden as u32 / 8).div_ceil(64)),
     );
@@ -430,11 +437,12 @@ pub fn build(
         let rope = if cfg.layer_sliding[i] { bf.rope_local.as_ref().unwrap_or(&bf.rope) } else { &bf.rope };
         let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
         if fused_qkv {
-            let [l0, l1] = lw.wqkv.layout_constants();
+            let [l0, l1, l2] = lw.wqkv.layout_constants();
             let (wg, slices) = p.mv_shape((qd + 2 * kvd).div_ceil(4), cfg.hidden, lw.wqkv.layout.block());
             let consts = [
                 l0,
                 l1,
+                l2,
                 ("K", cfg.hidden as f64),
                 ("QD", qd as f64),
                 ("KVD", kvd as f64),

@@ -17,6 +17,8 @@ pub struct GpuMatrix {
     pub words: wgpu::Buffer,
     pub meta: wgpu::Buffer,
     pub layout: Layout,
+    /// `meta` holds one word per block, (scale, offset) as f16 halves (see `Packed::meta_f16`).
+    pub meta16: bool,
     pub rows: usize,
     pub cols: usize,
     pub bytes: u64,
@@ -24,7 +26,7 @@ pub struct GpuMatrix {
 
 impl GpuMatrix {
     /// Override constants that select the dequantizer in shaders/weights.wgsl.
-    pub fn layout_constants(&self) -> [(&'static str, f64); 2] {
+    pub fn layout_constants(&self) -> [(&'static str, f64); 3] {
         let (id, block) = match self.layout {
             Layout::F32 => (0, 32),
             Layout::F16 => (1, 32),
@@ -32,14 +34,20 @@ impl GpuMatrix {
             Layout::Q4 { block } => (3, block),
             Layout::Q8 { block } => (4, block),
         };
-        [("LAYOUT", id as f64), ("QBLOCK", block as f64)]
+        [("LAYOUT", id as f64), ("QBLOCK", block as f64), ("META16", self.meta16 as u32 as f64)]
     }
 
     pub fn upload(gpu: &Gpu, name: &str, p: &Packed) -> Result<GpuMatrix> {
         check_binding(gpu, name, p.words.len() as u64 * 4)?;
         let words = gpu.buffer_init(name, p.words_bytes())?;
-        let meta = gpu.buffer_init(&format!("{name}.meta"), p.meta_bytes())?;
-        Ok(GpuMatrix { words, meta, layout: p.layout, rows: p.rows, cols: p.cols, bytes: p.gpu_bytes() as u64 })
+        let m16 = p.meta_f16();
+        let meta_bytes: &[u8] = match &m16 {
+            Some(m) => bytemuck::cast_slice(m),
+            None => p.meta_bytes(),
+        };
+        let meta = gpu.buffer_init(&format!("{name}.meta"), meta_bytes)?;
+        let bytes = (p.words_bytes().len() + meta_bytes.len()) as u64;
+        Ok(GpuMatrix { words, meta, layout: p.layout, meta16: m16.is_some(), rows: p.rows, cols: p.cols, bytes })
     }
 }
 
@@ -251,10 +259,12 @@ impl GgufLoader<'_> {
             Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
         let row_bytes = t.n_bytes / rows as u64;
         let wpr = layout.words_for(cols) as u64;
-        let mpr = if matches!(layout, Layout::Q4 { .. } | Layout::Q8 { .. }) {
-            2 * (cols / layout.block()) as u64
-        } else {
-            0
+        // Types whose block scales are f16 get f16 metadata (`Packed::meta_f16`), decided here
+        // because the matrix never sits whole in memory.
+        let meta16 = matches!(t.ty, quant::GgmlType::Q4_0 | quant::GgmlType::Q4_1 | quant::GgmlType::Q8_0);
+        let mpr = match layout {
+            Layout::Q4 { .. } | Layout::Q8 { .. } => (cols / layout.block()) as u64 * if meta16 { 1 } else { 2 },
+            _ => 0,
         };
         check_binding(self.gpu, name, wpr * rows as u64 * 4)?;
         let words = self.gpu.buffer(name, wpr * rows as u64 * 4)?;
@@ -266,12 +276,25 @@ impl GgufLoader<'_> {
             let raw = self.read(t.offset + r0 as u64 * row_bytes, n as u64 * row_bytes).await?;
             let p = pack::pack(t.ty, n, cols, &raw)?;
             self.gpu.queue.write_buffer(&words, r0 as u64 * wpr * 4, p.words_bytes());
-            if mpr > 0 {
+            if meta16 {
+                let m = p.meta_f16().ok_or_else(|| {
+                    Error::Unsupported(format!("tensor {name}: a block scale is beyond the f16 range"))
+                })?;
+                self.gpu.queue.write_buffer(&meta, r0 as u64 * mpr * 4, bytemuck::cast_slice(&m));
+            } else if mpr > 0 {
                 self.gpu.queue.write_buffer(&meta, r0 as u64 * mpr * 4, p.meta_bytes());
             }
             r0 += n;
         }
-        Ok(GpuMatrix { words, meta, layout, rows, cols, bytes: (wpr + mpr) * rows as u64 * 4 })
+        Ok(GpuMatrix {
+            words,
+            meta,
+            layout,
+            meta16: meta16 && mpr > 0,
+            rows,
+            cols,
+            bytes: (wpr + mpr) * rows as u64 * 4,
+        })
     }
 
     /// A vector of `n` values as f32 (norm weights and biases are small).

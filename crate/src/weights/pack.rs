@@ -200,6 +200,21 @@ impl Packed {
         bytemuck::cast_slice(&self.meta)
     }
 
+    /// The (scale, offset) pairs as f16 pairs in one word each (scale in the low half), when
+    /// every value converts exactly (sign of zero included): Q4_0, Q4_1 and Q8_0 store f16
+    /// scales, so their pairs always do (short of a Q4_0 scale beyond 65504 / 8). K-quant
+    /// products do not, and keep f32 pairs. Decode kernels then read 4 bytes per block, not 8.
+    pub fn meta_f16(&self) -> Option<Vec<u32>> {
+        let exact = |v: f32| {
+            let h = half::f16::from_f32(v);
+            (h.to_f32().to_bits() == v.to_bits()).then_some(h.to_bits() as u32)
+        };
+        if self.meta.is_empty() {
+            return None;
+        }
+        self.meta.chunks_exact(2).map(|p| Some(exact(p[0])? | exact(p[1])? << 16)).collect()
+    }
+
     /// Element `i` (flat index) decoded the way a kernel reads it: `scale * q + offset`, unfused.
     pub fn get(&self, i: usize) -> f32 {
         let w = &self.words;
