@@ -131,6 +131,49 @@ fn quantized_at_load_stays_close() {
 }
 
 #[test]
+fn sharded_folder_loads_like_the_single_file() {
+    // qwen2 (qkv bias, tied embeddings) split into two shards with an index: the same logits and
+    // greedy tokens. Tensors go to the shards in reverse name order, so the loader's file-order
+    // visit differs from the layer order.
+    let tmp = std::env::temp_dir().join(format!("ferrolm-shards-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    for f in ["config.json", "generation_config.json"] {
+        std::fs::copy(dir("qwen2").join(f), tmp.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(dir("qwen2").join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
+    names.sort();
+    names.reverse();
+    let mut weight_map = serde_json::Map::new();
+    for (i, part) in names.chunks(names.len().div_ceil(2)).enumerate() {
+        let file = format!("model-{:05}-of-00002.safetensors", i + 1);
+        let views: Vec<_> = part.iter().map(|n| (n.clone(), st.tensor(n).unwrap())).collect();
+        std::fs::write(tmp.join(&file), safetensors::serialize(views, None).unwrap()).unwrap();
+        for n in part {
+            weight_map.insert(n.clone(), file.clone().into());
+        }
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    std::fs::write(tmp.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let (prompt, greedy, want) = reference("qwen2");
+    let opts = LoadOptions { context_length: Some(64), ..Default::default() };
+    let mut phases = Vec::new();
+    let mut e =
+        block_on(Engine::load_path(&tmp, &opts, &mut |p, done, total| phases.push((p.to_string(), done, total))))
+            .unwrap();
+    let upload: Vec<_> = phases.iter().filter(|p| p.0 == "upload").collect();
+    let total = upload[0].2;
+    assert!(upload.iter().all(|p| p.2 == total) && upload.last().unwrap().1 == total && total > 400_000, "{upload:?}");
+    let logits = block_on(e.rt.forward(&prompt)).unwrap();
+    assert!(rel_err(&logits, want.last().unwrap()) < 1e-2);
+    let gen = GenerateOptions { max_tokens: greedy.len(), stop_ids: Some(vec![]), ..Default::default() };
+    assert_eq!(block_on(e.generate(&prompt, &gen, &mut |_, _| true)).unwrap().tokens, greedy);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
 fn broken_folders_are_refused() {
     let tmp = std::env::temp_dir().join(format!("ferrolm-arch-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);

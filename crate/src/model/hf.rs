@@ -110,6 +110,15 @@ fn packed_type(dtype: &StDtype, q: Quantize, cols: usize) -> Result<GgmlType> {
     })
 }
 
+/// Bytes for a message: whole MiB from 1 MiB up, else KiB (rounded up).
+fn size_text(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{} MiB", b.div_ceil(1 << 20))
+    } else {
+        format!("{} KiB", b.div_ceil(1 << 10))
+    }
+}
+
 impl<S: AsyncSource> HfModel<S> {
     /// Parse the configs (an unsupported model fails here, before any weight file is opened), then
     /// open the weight files through `open(file name)` and read their headers.
@@ -258,11 +267,11 @@ impl<S: AsyncSource> HfModel<S> {
             let bytes = layout.map_or(0, |l| l.words_for(rows * cols) as u64 * 4);
             if bytes > limit {
                 return Err(Error::Limits(format!(
-                    "{buffer} ({}) needs {} MiB in one GPU buffer binding; the adapter allows {} MiB \
+                    "{buffer} ({}) needs {} in one GPU buffer binding; the adapter allows {} \
                      (maxStorageBufferBindingSize){}",
                     parts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" + "),
-                    bytes.div_ceil(1 << 20),
-                    limit >> 20,
+                    size_text(bytes),
+                    size_text(limit),
                     if q == Quantize::None { "; quantize: 'q8_0' or 'q4_0' makes it smaller" } else { "" }
                 )));
             }
