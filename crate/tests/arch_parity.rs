@@ -6,6 +6,8 @@
 mod common;
 use ferrolm::engine::{Engine, GenerateOptions, LoadOptions};
 use ferrolm::gpu::block_on;
+use ferrolm::weights::source::ReadFuture;
+use ferrolm::weights::{AsyncSource, ByteSource, FileSource};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -130,6 +132,26 @@ fn quantized_at_load_stays_close() {
     assert!(fails.is_empty(), "{}", fails.join("\n"));
 }
 
+/// A file source that records (file, offset, length) of every read.
+struct Recording {
+    src: FileSource,
+    file: String,
+    reads: std::rc::Rc<std::cell::RefCell<Vec<(String, u64, usize)>>>,
+}
+
+impl AsyncSource for Recording {
+    fn total_len(&self) -> u64 {
+        ByteSource::len(&self.src)
+    }
+    fn source_name(&self) -> String {
+        self.file.clone()
+    }
+    fn read<'a>(&'a self, offset: u64, len: usize) -> ReadFuture<'a> {
+        self.reads.borrow_mut().push((self.file.clone(), offset, len));
+        AsyncSource::read(&self.src, offset, len)
+    }
+}
+
 #[test]
 fn sharded_folder_loads_like_the_single_file() {
     // qwen2 (qkv bias, tied embeddings) split into two shards with an index: the same logits and
@@ -160,9 +182,23 @@ fn sharded_folder_loads_like_the_single_file() {
     let (prompt, greedy, want) = reference("qwen2");
     let opts = LoadOptions { context_length: Some(64), ..Default::default() };
     let mut phases = Vec::new();
-    let mut e =
-        block_on(Engine::load_path(&tmp, &opts, &mut |p, done, total| phases.push((p.to_string(), done, total))))
-            .unwrap();
+    // Through the loader the browser uses, recording every read.
+    let files = ferrolm::model::hf::read_dir_files(&tmp).unwrap();
+    let reads = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let open = |f: String| {
+        let src = FileSource::open(tmp.join(&f)).map(|src| Recording { src, file: f, reads: reads.clone() });
+        async move { src }
+    };
+    let mut e = block_on(Engine::load_hf(&files, open, "sharded".into(), &opts, &mut |p, done, total| {
+        phases.push((p.to_string(), done, total))
+    }))
+    .unwrap();
+    // After the two header reads of each shard, every shard is read front to back.
+    let reads = reads.borrow();
+    for f in ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] {
+        let offs: Vec<u64> = reads.iter().filter(|r| r.0 == f).skip(2).map(|r| r.1).collect();
+        assert!(offs.len() > 10 && offs.windows(2).all(|w| w[0] < w[1]), "{f}: reads at {offs:?}");
+    }
     let upload: Vec<_> = phases.iter().filter(|p| p.0 == "upload").collect();
     let total = upload[0].2;
     assert!(upload.iter().all(|p| p.2 == total) && upload.last().unwrap().1 == total && total > 400_000, "{upload:?}");

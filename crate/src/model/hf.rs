@@ -85,12 +85,20 @@ struct LayerSpec {
 /// (tensor name, rows) of each part of one GPU matrix buffer, and the shared column count.
 type MatrixSpec = (String, Vec<(String, usize)>, usize);
 
+/// A tensor's expected shape: rows x columns, or a vector's length.
+#[derive(Clone, Copy)]
+enum Shape {
+    Matrix(usize, usize),
+    Vector(usize),
+}
+
 /// What the loader visits, in the order the weights lie in the files.
 #[derive(Clone, Copy)]
 enum Item {
     Embed,
     Layer(usize),
-    Tail,
+    Norm,
+    Head,
 }
 
 /// The element type a matrix is packed as: its own, or the quantization asked for (when the rows
@@ -294,18 +302,6 @@ impl<S: AsyncSource> HfModel<S> {
         self.st.read_f32_async(name, on_read).await
     }
 
-    async fn opt_vector(
-        &self,
-        name: &Option<String>,
-        n: usize,
-        on_read: &mut dyn FnMut(u64),
-    ) -> Result<Option<Vec<f32>>> {
-        match name {
-            Some(name) => self.vector(name, n, on_read).await.map(Some),
-            None => Ok(None),
-        }
-    }
-
     /// Rows `r0..r0 + n` of a `rows` x `cols` matrix, packed as `ty`.
     async fn rows(
         &self,
@@ -382,7 +378,8 @@ impl<S: AsyncSource> HfModel<S> {
     fn position(&self, item: Item) -> (usize, u64) {
         let names: Vec<String> = match item {
             Item::Embed => vec!["model.embed_tokens.weight".into()],
-            Item::Tail => vec!["model.norm.weight".into(), "lm_head.weight".into()],
+            Item::Norm => vec!["model.norm.weight".into()],
+            Item::Head => vec!["lm_head.weight".into()],
             Item::Layer(i) => {
                 let prefix = format!("model.layers.{i}.");
                 return self
@@ -404,22 +401,75 @@ impl<S: AsyncSource> HfModel<S> {
             .unwrap_or((usize::MAX, u64::MAX))
     }
 
+    /// One layer: its tensors read in file order (so a download moves forward and no chunk is
+    /// needed twice), then fused and uploaded.
+    async fn layer(&self, gpu: &Gpu, i: usize, q: Quantize, on_read: &mut dyn FnMut(u64)) -> Result<LayerWeights> {
+        let c = &self.cfg;
+        let h = c.hidden;
+        let l = self.layer_spec(i);
+        let mut jobs: Vec<(&str, Shape)> = Vec::new();
+        for (n, rows) in l.qkv.iter().chain(&l.gate_up) {
+            jobs.push((n, Shape::Matrix(*rows, h)));
+        }
+        jobs.push((&l.o, Shape::Matrix(h, c.q_dim())));
+        jobs.push((&l.down, Shape::Matrix(h, c.ffn)));
+        for (n, len) in &l.qkv_bias {
+            jobs.push((n, Shape::Vector(*len)));
+        }
+        for n in [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()] {
+            jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(h))));
+        }
+        for n in [l.q_norm.as_ref(), l.k_norm.as_ref()] {
+            jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(c.head_dim))));
+        }
+        jobs.sort_by_key(|(n, _)| (self.st.shard_of(n), self.st.get(n).map(|t| t.2.offset)));
+        let mut mats = std::collections::HashMap::new();
+        let mut vecs = std::collections::HashMap::new();
+        for (name, shape) in jobs {
+            match shape {
+                Shape::Matrix(rows, cols) => {
+                    mats.insert(name.to_string(), self.matrix(name, rows, cols, q, on_read).await?);
+                }
+                Shape::Vector(len) => {
+                    vecs.insert(name.to_string(), self.vector(name, len, on_read).await?);
+                }
+            }
+        }
+        let mut mat = |n: &str| mats.remove(n).expect("read above");
+        let mut vec = |n: &str| vecs.remove(n).expect("read above");
+        let parts = LayerParts {
+            attn_norm: vec(&l.attn_norm),
+            ffn_norm: vec(&l.ffn_norm),
+            qkv: l.qkv.iter().map(|(n, _)| mat(n)).collect(),
+            qkv_bias: (!l.qkv_bias.is_empty()).then(|| l.qkv_bias.iter().flat_map(|(n, _)| vec(n)).collect()),
+            q_norm: l.q_norm.as_deref().map(&mut vec),
+            k_norm: l.k_norm.as_deref().map(&mut vec),
+            o: mat(&l.o),
+            gate_up: l.gate_up.iter().map(|(n, _)| mat(n)).collect(),
+            down: mat(&l.down),
+            post_attn_norm: l.post_attn_norm.as_deref().map(&mut vec),
+            post_ffn_norm: l.post_ffn_norm.as_deref().map(&mut vec),
+        };
+        parts.upload(gpu, c, &format!("layer {i}"))
+    }
+
     /// Upload every weight (HF tensor names), quantizing matrices when asked. The embedding, the
     /// layers and the final norm/LM head are visited in the order they lie in the files, so a
     /// download serving the reads moves forward. `on_progress(bytes read so far)`.
     pub async fn load(&self, gpu: &Gpu, q: Quantize, on_progress: &mut dyn FnMut(u64)) -> Result<ModelWeights> {
         let c = &self.cfg;
-        let (h, qd, f) = (c.hidden, c.q_dim(), c.ffn);
+        let h = c.hidden;
         let mut done = 0u64;
         let mut on_read = |n: u64| {
             done += n;
             on_progress(done);
         };
-        let mut items: Vec<Item> = vec![Item::Embed, Item::Tail];
+        let mut items: Vec<Item> = vec![Item::Embed, Item::Norm, Item::Head];
         items.extend((0..c.n_layers).map(Item::Layer));
         items.sort_by_key(|&it| self.position(it));
         let mut embed = None;
-        let mut tail = None;
+        let mut out_norm = None;
+        let mut lm_head = None;
         let mut layers: Vec<Option<LayerWeights>> = (0..c.n_layers).map(|_| None).collect();
         for item in items {
             match item {
@@ -428,58 +478,21 @@ impl<S: AsyncSource> HfModel<S> {
                         self.streamed(gpu, "embed", "model.embed_tokens.weight", (c.vocab, h), q, &mut on_read).await?,
                     )
                 }
-                Item::Tail => {
-                    let out_norm = self.vector("model.norm.weight", h, &mut on_read).await?;
-                    let lm_head = if self.untied_head() {
-                        Some(self.streamed(gpu, "lm_head", "lm_head.weight", (c.vocab, h), q, &mut on_read).await?)
-                    } else {
-                        None
-                    };
-                    tail = Some((out_norm, lm_head));
+                Item::Norm => out_norm = Some(self.vector("model.norm.weight", h, &mut on_read).await?),
+                Item::Head => {
+                    if self.untied_head() {
+                        lm_head =
+                            Some(self.streamed(gpu, "lm_head", "lm_head.weight", (c.vocab, h), q, &mut on_read).await?);
+                    }
                 }
                 Item::Layer(i) => {
-                    let l = self.layer_spec(i);
-                    let mut qkv = Vec::with_capacity(l.qkv.len());
-                    for (name, rows) in &l.qkv {
-                        qkv.push(self.matrix(name, *rows, h, q, &mut on_read).await?);
-                    }
-                    let qkv_bias = if l.qkv_bias.is_empty() {
-                        None
-                    } else {
-                        let mut b = Vec::new();
-                        for (name, n) in &l.qkv_bias {
-                            b.extend(self.vector(name, *n, &mut on_read).await?);
-                        }
-                        Some(b)
-                    };
-                    let mut gate_up = Vec::with_capacity(l.gate_up.len());
-                    for (name, rows) in &l.gate_up {
-                        gate_up.push(self.matrix(name, *rows, h, q, &mut on_read).await?);
-                    }
-                    let q_norm = self.opt_vector(&l.q_norm, c.head_dim, &mut on_read).await?;
-                    let k_norm = self.opt_vector(&l.k_norm, c.head_dim, &mut on_read).await?;
-                    let post_attn_norm = self.opt_vector(&l.post_attn_norm, h, &mut on_read).await?;
-                    let post_ffn_norm = self.opt_vector(&l.post_ffn_norm, h, &mut on_read).await?;
-                    let parts = LayerParts {
-                        attn_norm: self.vector(&l.attn_norm, h, &mut on_read).await?,
-                        ffn_norm: self.vector(&l.ffn_norm, h, &mut on_read).await?,
-                        qkv,
-                        qkv_bias,
-                        q_norm,
-                        k_norm,
-                        o: self.matrix(&l.o, h, qd, q, &mut on_read).await?,
-                        gate_up,
-                        down: self.matrix(&l.down, h, f, q, &mut on_read).await?,
-                        post_attn_norm,
-                        post_ffn_norm,
-                    };
-                    layers[i] = Some(parts.upload(gpu, c, &format!("layer {i}"))?);
+                    layers[i] = Some(self.layer(gpu, i, q, &mut on_read).await?);
                     gpu.check()?;
                 }
             }
         }
         let embed = embed.expect("visited");
-        let (out_norm, lm_head) = tail.expect("visited");
+        let out_norm = out_norm.expect("visited");
         let layers: Vec<LayerWeights> = layers.into_iter().flatten().collect();
         ModelWeights::new(gpu, c, embed, layers, &out_norm, lm_head)
     }
