@@ -180,7 +180,11 @@ export class LocalEngine {
       }
       try {
         const texts = { config: what.config, name: folder.name };
+        // The text files are read in parallel: room for each one's chunks (they are small, except
+        // a large tokenizer.json), then back to three chunks for the weights.
+        folder.pool.max = 8;
         await Promise.all(Object.entries(HF_TEXT_FILES).map(async ([k, name]) => { texts[k] = await folder.text(name, { optional: true }); }));
+        folder.pool.max = 3;
         // Progress total before every shard is open: the text files plus the index's total_size.
         let hint = 0;
         try { hint = Number(JSON.parse(texts.index || '{}')?.metadata?.total_size) || 0; } catch {}
