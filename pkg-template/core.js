@@ -1,8 +1,8 @@
 // The engine host: the wasm module, a model source, and the call queue. Runs in the page
 // (`worker: false`) or inside worker.js; index.js wraps it in the public API.
 
-import init, { loadEngine, Sha256Hasher } from './ferrolm.js';
-import { ModelSource, namedError } from './store.js';
+import init, { loadEngine, loadHfEngine, Sha256Hasher } from './ferrolm.js';
+import { HF_TEXT_FILES, ModelFolder, ModelSource, cachedKind, namedError } from './store.js';
 
 let ready = null;
 
@@ -74,16 +74,79 @@ export function findStop(text, stops) {
 
 const GEN_KEYS = { maxTokens: 1, temperature: 1, topK: 1, topP: 1, minP: 1, repetitionPenalty: 1, seed: 1, stopIds: 1, topLogits: 1 };
 
+const FORMATS = ['auto', 'gguf', 'hf'];
+
+/**
+ * What `model` is: {kind: 'gguf', model} (a URL or Blob for ModelSource) or {kind: 'hf', folder,
+ * config} (an opened ModelFolder and its config.json). URL rule (format 'auto'): a URL whose path
+ * ends in '/' or '/config.json' is a folder; one ending in '.gguf' (or not http/https) is a GGUF
+ * file; any other URL is probed for `<url>/config.json` (no request when the cache knows it) and
+ * is a folder if that exists, else a GGUF file.
+ */
+async function resolveModel(model, format, srcOpts) {
+  if (!FORMATS.includes(format)) throw namedError('InvalidOptionError', `createEngine: format must be 'auto', 'gguf' or 'hf', got ${JSON.stringify(format)}`);
+  const isList = (typeof FileList !== 'undefined' && model instanceof FileList) || Array.isArray(model);
+  if (isList) {
+    const files = [...model];
+    const ggufs = files.filter((f) => /\.gguf$/i.test(f?.name || ''));
+    const hasConfig = files.some((f) => f?.name === 'config.json');
+    if (format === 'gguf' || (format === 'auto' && !hasConfig && ggufs.length === 1)) {
+      const one = ggufs.length === 1 ? ggufs[0] : files.length === 1 ? files[0] : null;
+      if (!one) throw namedError('InvalidOptionError', 'createEngine: a GGUF model given as a list must hold exactly one .gguf File');
+      return { kind: 'gguf', model: one };
+    }
+    const folder = ModelFolder.fromFiles(files, srcOpts);
+    const config = await folder.text('config.json', { optional: true });
+    if (config == null) throw namedError('ModelFormatError', `the chosen files have no config.json: not a Hugging Face model folder (${files.length} files: ${files.slice(0, 5).map((f) => f.name).join(', ')}${files.length > 5 ? ', ...' : ''})`);
+    return { kind: 'hf', folder, config };
+  }
+  if (typeof Blob !== 'undefined' && model instanceof Blob) {
+    if (format === 'hf') throw namedError('InvalidOptionError', "createEngine: a single File/Blob is read as a GGUF file; for a Hugging Face model folder pass its files (a FileList or an array of Files) or its URL");
+    return { kind: 'gguf', model };
+  }
+  const url = new URL(String(model), typeof location !== 'undefined' ? location.href : undefined);
+  if (format === 'gguf') return { kind: 'gguf', model: url.href };
+  const path = url.pathname;
+  const dir = (p) => new URL(p, url).href; // drops the query and hash
+  let base;
+  let explicit = true;
+  if (path.endsWith('/')) base = dir(path);
+  else if (/\/config\.json$/i.test(path)) base = dir(path.slice(0, -'config.json'.length));
+  else if (format === 'hf') base = dir(`${path}/`);
+  else if (/\.gguf$/i.test(path) || !/^https?:$/.test(url.protocol)) return { kind: 'gguf', model: url.href };
+  else {
+    const cached = await cachedKind(url.href, srcOpts.cache);
+    if (cached === 'gguf') return { kind: 'gguf', model: url.href };
+    base = dir(`${path}/`);
+    explicit = cached === 'hf';
+  }
+  const folder = await ModelFolder.open(base, srcOpts);
+  let config;
+  try {
+    config = await folder.text('config.json', { optional: true });
+  } catch (e) {
+    await folder.discard();
+    if (!explicit) return { kind: 'gguf', model: url.href }; // e.g. a server that refuses the probe
+    throw e;
+  }
+  if (config == null) {
+    await folder.discard();
+    if (!explicit) return { kind: 'gguf', model: url.href };
+    throw namedError('ModelFormatError', `${base} has no config.json (HTTP 404): not a Hugging Face model folder. For a folder on the Hugging Face Hub use its .../resolve/<revision>/ URL; for a GGUF file pass its URL or format: 'gguf'`);
+  }
+  return { kind: 'hf', folder, config };
+}
+
 export class LocalEngine {
   /**
-   * @param {object} o  {model, contextLength, maxBatch, cache, sha256, retries, chunkSize, wasm}
+   * @param {object} o  {model, format, quantize, contextLength, maxBatch, cache, sha256, retries, chunkSize, wasm}
    * @param {(p: {phase: string, loaded: number, total: number}) => void} onProgress
    */
   static async load(o, onProgress = () => {}) {
     await initWasm(o.wasm);
-    if (o.model == null) throw namedError('InvalidOptionError', 'createEngine: `model` (a URL or a File/Blob) is required');
+    if (o.model == null) throw namedError('InvalidOptionError', 'createEngine: `model` (a URL, a File/Blob, or a folder\'s Files) is required');
     const t0 = performance.now();
-    const source = await ModelSource.open(o.model, {
+    const srcOpts = {
       cache: o.cache ?? 'auto',
       sha256: o.sha256,
       onProgress,
@@ -91,21 +154,50 @@ export class LocalEngine {
       chunkSize: o.chunkSize,
       Hasher: Sha256Hasher,
       signal: o.signal,
-    });
-    const opts = JSON.stringify({ contextLength: o.contextLength, maxBatch: o.maxBatch });
+    };
+    const what = await resolveModel(o.model, o.format ?? 'auto', srcOpts);
+    const opts = JSON.stringify({ contextLength: o.contextLength, maxBatch: o.maxBatch, quantize: o.quantize ?? undefined });
+    const progress = (phase, done, total) => onProgress({ phase, loaded: done, total });
     let wasm;
-    try {
-      wasm = await loadEngine(
-        { size: source.size, name: source.name, read: (off, len) => source.read(off, len) },
-        opts,
-        (phase, done, total) => onProgress({ phase, loaded: done, total }),
-      );
-      await source.finish();
-    } catch (e) {
-      wasm?.free();
-      // A failed read reaches us wrapped as an IoError: surface the download error itself.
-      if (source.lastError && (e?.name === 'IoError' || !e?.name)) throw source.lastError;
-      throw toError(e);
+    let source;
+    if (what.kind === 'gguf') {
+      if (o.sha256 != null && typeof o.sha256 !== 'string') throw namedError('InvalidOptionError', 'createEngine: sha256 of a GGUF file must be a hex string');
+      source = await ModelSource.open(what.model, srcOpts);
+      try {
+        wasm = await loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress);
+        await source.finish();
+      } catch (e) {
+        wasm?.free();
+        // A failed read reaches us wrapped as an IoError: surface the download error itself.
+        if (source.lastError && (e?.name === 'IoError' || !e?.name)) throw source.lastError;
+        throw toError(e);
+      }
+    } else {
+      const folder = what.folder;
+      source = folder;
+      if (o.sha256 != null && (typeof o.sha256 !== 'object' || Array.isArray(o.sha256))) {
+        throw namedError('InvalidOptionError', "createEngine: sha256 of a model folder must map file names to hex digests, e.g. { 'model.safetensors': '...' }");
+      }
+      try {
+        const texts = { config: what.config, name: folder.name };
+        // The text files are read in parallel: room for each one's chunks (they are small, except
+        // a large tokenizer.json), then back to three chunks for the weights.
+        folder.pool.max = 8;
+        await Promise.all(Object.entries(HF_TEXT_FILES).map(async ([k, name]) => { texts[k] = await folder.text(name, { optional: true }); }));
+        folder.pool.max = 3;
+        // Progress total before every shard is open: the text files plus the index's total_size.
+        let hint = 0;
+        try { hint = Number(JSON.parse(texts.index || '{}')?.metadata?.total_size) || 0; } catch {}
+        for (const s of folder.sources.values()) hint += s.size;
+        folder.sizeHint = hint;
+        await folder.saveManifest(false);
+        wasm = await loadHfEngine(texts, (name) => folder.weights(name), opts, progress);
+        await folder.finish();
+      } catch (e) {
+        wasm?.free();
+        if (folder.lastError && (e?.name === 'IoError' || !e?.name)) throw folder.lastError;
+        throw toError(e);
+      }
     }
     const eng = new LocalEngine(wasm, source);
     eng.loadMs = performance.now() - t0;

@@ -5,14 +5,31 @@ export type ProgressPhase = 'download' | 'cache' | 'upload' | 'compile';
 export interface Progress {
   phase: ProgressPhase;
   /** download: bytes fetched (incl. what was cached before); cache: bytes read from the cache;
-   *  upload: tensor bytes sent to the GPU; compile: pipelines compiled. */
+   *  upload: tensor bytes read and sent to the GPU; compile: pipelines compiled. For a model
+   *  folder, download/cache count every file of the folder (config, tokenizer, all shards); their
+   *  total grows while the files are opened (the index's total_size stands in for shards not
+   *  opened yet) and is exact once every weight file is open, before the bulk of the download. */
   loaded: number;
   total: number;
 }
 
 export interface CreateEngineOptions {
-  /** URL of a GGUF file (fetched with Range requests) or a File/Blob. */
-  model: string | URL | Blob;
+  /**
+   * A GGUF file: its URL (fetched with Range requests) or a File/Blob. A Hugging Face model
+   * folder: its URL (config.json, model.safetensors or model.safetensors.index.json + shards,
+   * tokenizer.json, tokenizer_config.json / chat_template.jinja, generation_config.json are read
+   * relative to it), or its Files (a directory picker's FileList or an array of Files).
+   * URL rule with `format: 'auto'`: a path ending in '/' or '/config.json' is a folder; one ending
+   * in '.gguf' (or a blob:/data: URL) is a GGUF file; any other URL is probed for
+   * `<url>/config.json` and is a folder if that exists, else a GGUF file.
+   */
+  model: string | URL | Blob | FileList | File[];
+  /** Skip the detection above (default 'auto'). */
+  format?: 'auto' | 'gguf' | 'hf';
+  /** Quantize a folder's F32/F16/BF16 matrices at load, like the CLI's --quantize (default
+   *  'none'; matrices whose rows are not whole 32-element blocks stay as they are). GGUF files
+   *  are already quantized: InvalidOptionError. */
+  quantize?: 'none' | 'q8_0' | 'q4_0';
   onProgress?: (p: Progress) => void;
   /** KV-cache length (default: the model's, capped by the engine). */
   contextLength?: number;
@@ -23,8 +40,9 @@ export interface CreateEngineOptions {
   /** Where downloaded chunks are kept (default 'auto': OPFS, else the Cache API). */
   cache?: 'auto' | 'opfs' | 'cache-api' | 'none';
   /** Expected sha256 (hex) of the whole file; checked while streaming, the cache entry is
-   *  deleted and loading fails with an IntegrityError on a mismatch. */
-  sha256?: string;
+   *  deleted and loading fails with an IntegrityError on a mismatch. For a model folder: a map
+   *  from file name to digest (files not named are not checked). */
+  sha256?: string | Record<string, string>;
   /** Network retries per chunk (default 2). */
   retries?: number;
   /** Download chunk size in bytes (default 16 MiB; fixed per cached model). */
@@ -152,8 +170,13 @@ export interface EngineInfo {
   /** From navigator.gpu.requestAdapter() (vendor/architecture/description, features, limits). */
   adapterInfo: { vendor: string; architecture: string; device: string; description: string; features: string[]; limits: Record<string, number> } | null;
   load: {
+    /** The file's URL, or for a model folder the folder's URL (ending in '/'); null for local files. */
     url: string | null; size: number; downloadedBytes: number; cachedBytesRead: number; networkRequests: number;
     cache: 'opfs' | 'cache-api' | 'none'; sha256Verified: boolean; cacheWarning: string | null; ms: number;
+    /** 'hf' for a model folder (absent for a GGUF file). */
+    format?: 'hf';
+    /** A model folder's files with the same statistics each. */
+    files?: Array<{ name: string; url: string | null; size: number; downloadedBytes: number; cachedBytesRead: number; networkRequests: number; cache: 'opfs' | 'cache-api' | 'none'; sha256Verified: boolean; cacheWarning: string | null }>;
   };
 }
 
@@ -172,7 +195,10 @@ export interface Engine {
 }
 
 export interface CachedModel {
+  /** A GGUF file's URL, or a model folder's URL (ending in '/'). */
   url: string;
+  format: 'gguf' | 'hf';
+  /** Bytes of the file, or of the folder's files cached so far. */
   size: number;
   cachedBytes: number;
   complete: boolean;
@@ -180,9 +206,13 @@ export interface CachedModel {
   sha256: string | null;
   etag: string | null;
   updated: number;
+  /** A model folder's cached files (config, tokenizer, shards), each described like a file. */
+  files?: Array<{ name: string; url: string; size: number; cachedBytes: number; complete: boolean; sha256: string | null; etag: string | null; updated: number }>;
 }
 
 export function createEngine(options: CreateEngineOptions): Promise<Engine>;
 export function listCachedModels(): Promise<CachedModel[]>;
+/** Delete a cached GGUF file, or a model folder (its URL, with or without the trailing '/') with
+ *  all of its files. */
 export function deleteCachedModel(url: string): Promise<boolean>;
 export function initWasm(wasm?: string | URL): Promise<unknown>;

@@ -237,7 +237,7 @@ class LocalBackend {
 }
 
 /**
- * Load a GGUF model onto WebGPU.
+ * Load a model (a GGUF file, or a Hugging Face safetensors folder) onto WebGPU.
  * @param {import('./index').CreateEngineOptions} options
  * @returns {Promise<Engine>}
  */

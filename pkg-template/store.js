@@ -1,7 +1,9 @@
-// Model byte store: a GGUF read in fixed-size chunks over HTTP Range requests (or from a
-// File/Blob), with the chunks cached in OPFS or the Cache API so a reload needs no network and an
-// interrupted download resumes. A chunk is recorded in the per-model manifest only after it has
-// been written completely; the manifest also remembers size, ETag and a verified sha256.
+// Model byte store: a file (a GGUF, or one file of a Hugging Face model folder) read in
+// fixed-size chunks over HTTP Range requests (or from a File/Blob), with the chunks cached in OPFS
+// or the Cache API so a reload needs no network and an interrupted download resumes. A chunk is
+// recorded in the per-file manifest only after it has been written completely; the manifest also
+// remembers size, ETag and a verified sha256. A model folder (ModelFolder) is a set of such files,
+// each cached under its own URL, plus a folder manifest that lists which files it has.
 
 export const CHUNK_SIZE = 16 << 20;
 const OPFS_DIR = 'ferrolm-models';
@@ -13,6 +15,33 @@ export function namedError(name, message, cause) {
   e.name = name;
   return e;
 }
+
+/** The optional text files of a Hugging Face model folder (config.json is required). */
+export const HF_TEXT_FILES = {
+  generationConfig: 'generation_config.json',
+  tokenizer: 'tokenizer.json',
+  tokenizerConfig: 'tokenizer_config.json',
+  chatTemplate: 'chat_template.jinja',
+  index: 'model.safetensors.index.json',
+};
+
+/** A file name from a folder listing or an index: used to build a URL, so no paths. */
+export function plainFileName(s) {
+  return typeof s === 'string' && s !== '' && s !== '.' && s !== '..' && !/[/\\\0:]/.test(s) && !s.startsWith('~');
+}
+
+/** In-memory chunks shared by the sources of one load (a folder's shards): at most `max`. */
+export class ChunkPool {
+  constructor(max = 3) { this.max = max; this.map = new Map(); }
+  get(k) { return this.map.get(k); }
+  set(k, p) {
+    this.map.set(k, p);
+    while (this.map.size > this.max) this.map.delete(this.map.keys().next().value);
+  }
+  delete(k) { this.map.delete(k); }
+  dropOwner(prefix) { for (const k of [...this.map.keys()]) if (k.startsWith(prefix)) this.map.delete(k); }
+}
+let sourceSeq = 0;
 
 const isWorker = typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope;
 
@@ -163,22 +192,16 @@ async function openBackend(mode, key) {
   return null;
 }
 
-/** Every cached model in both stores: [{url, size, cachedBytes, complete, backend, sha256, etag, updated}]. */
-export async function listCachedModels() {
+// Every manifest in both stores: [{m, backend, key}] (key: the OPFS directory / Cache API prefix).
+async function allManifests() {
   const out = [];
-  const describe = (m, backend) => {
-    const n = Math.ceil(m.size / m.chunkSize);
-    let cachedBytes = 0;
-    for (const i of m.chunks) cachedBytes += Math.min(m.chunkSize, m.size - i * m.chunkSize);
-    return { url: m.url, size: m.size, cachedBytes, complete: m.chunks.length === n, backend, sha256: m.sha256 || null, etag: m.etag || null, updated: m.updated };
-  };
   if (opfsAvailable()) {
     try {
       const root = await opfsRoot(false);
       for await (const [name, h] of root.entries()) {
         if (h.kind !== 'directory') continue;
         const m = await readOpfsJson(h, 'manifest.json');
-        if (m?.url) out.push(describe(m, 'opfs'));
+        if (m?.url) out.push({ m, backend: 'opfs', key: name });
       }
     } catch {}
   }
@@ -188,33 +211,108 @@ export async function listCachedModels() {
       for (const req of await cache.keys()) {
         if (!req.url.endsWith('/manifest')) continue;
         const m = await (await cache.match(req))?.json().catch(() => null);
-        if (m?.url) out.push(describe(m, 'cache-api'));
+        const key = new URL(req.url).pathname.split('/').at(-2);
+        if (m?.url) out.push({ m, backend: 'cache-api', key });
       }
     } catch {}
   }
   return out;
 }
 
-/** Delete a model's cached chunks and manifest from both stores. Resolves to true if anything was removed. */
+function describeFile(m, backend) {
+  const n = Math.ceil(m.size / m.chunkSize);
+  let cachedBytes = 0;
+  for (const i of m.chunks) cachedBytes += Math.min(m.chunkSize, m.size - i * m.chunkSize);
+  return { url: m.url, size: m.size, cachedBytes, complete: m.chunks.length === n, backend, sha256: m.sha256 || null, etag: m.etag || null, updated: m.updated };
+}
+
+/**
+ * Every cached model in both stores: [{url, format, size, cachedBytes, complete, backend, sha256,
+ * etag, updated}]. A model folder is one entry (format 'hf', url = the folder's URL ending in '/')
+ * whose `files` lists its cached files; its size counts the files cached so far.
+ */
+export async function listCachedModels() {
+  const all = await allManifests();
+  const out = [];
+  const folders = new Map(); // backend + url -> entry
+  const folder = (url, backend) => {
+    const k = `${backend} ${url}`;
+    if (!folders.has(k)) {
+      const e = { url, format: 'hf', size: 0, cachedBytes: 0, complete: false, backend, sha256: null, etag: null, updated: 0, files: [], listed: false };
+      folders.set(k, e);
+      out.push(e);
+    }
+    return folders.get(k);
+  };
+  for (const { m, backend } of all) {
+    if (m.format === 'hf') {
+      const f = folder(m.url, backend);
+      f.listed = !!m.complete;
+      f.updated = Math.max(f.updated, m.updated || 0);
+    } else if (m.folder) {
+      const d = describeFile(m, backend);
+      const f = folder(m.folder, backend);
+      f.files.push({ name: m.url.slice(m.folder.length), ...d });
+      f.size += d.size;
+      f.cachedBytes += d.cachedBytes;
+      f.updated = Math.max(f.updated, d.updated || 0);
+    } else {
+      out.push({ ...describeFile(m, backend), format: 'gguf' });
+    }
+  }
+  for (const f of folders.values()) {
+    f.complete = f.listed && f.files.length > 0 && f.files.every((x) => x.complete);
+    delete f.listed;
+    f.files.sort((a, b) => a.name.localeCompare(b.name));
+  }
+  return out;
+}
+
+/**
+ * Delete a cached model from both stores: a file's chunks and manifest, or, for a model folder
+ * (its URL, with or without the trailing '/'), every file of the folder and its manifest.
+ * Resolves to true if anything was removed.
+ */
 export async function deleteCachedModel(url) {
   const abs = new URL(String(url), typeof location !== 'undefined' ? location.href : undefined).href;
-  const key = await urlKey(abs);
+  const base = abs.endsWith('/') ? abs : `${abs}/`;
+  const keys = { opfs: new Set([await urlKey(abs)]), 'cache-api': new Set([await urlKey(abs)]) };
+  for (const { m, backend, key } of await allManifests()) {
+    if (m.url === abs || m.url === base || m.folder === base) keys[backend].add(key);
+  }
   let removed = false;
   if (opfsAvailable()) {
     try {
       const root = await opfsRoot(false);
-      await root.removeEntry(key, { recursive: true });
-      removed = true;
+      for (const key of keys.opfs) {
+        try {
+          await root.removeEntry(key, { recursive: true });
+          removed = true;
+        } catch {}
+      }
     } catch {}
   }
   if (cacheApiAvailable()) {
-    try {
-      const b = await CacheApiBackend.open(key);
-      if (await b.getManifest()) removed = true;
-      await b.remove();
-    } catch {}
+    for (const key of keys['cache-api']) {
+      try {
+        const b = await CacheApiBackend.open(key);
+        if (await b.getManifest()) removed = true;
+        await b.remove();
+      } catch {}
+    }
   }
   return removed;
+}
+
+/** What the cache knows about `url` without a request: 'gguf' (a cached file), 'hf' (a cached
+ *  folder at url + '/'), or null. */
+export async function cachedKind(url, mode = 'auto') {
+  if (mode === 'none') return null;
+  for (const { m } of await allManifests()) {
+    if (m.url === url && m.format !== 'hf' && !m.folder) return 'gguf';
+    if (m.format === 'hf' && m.complete && (m.url === url || m.url === `${url}/`)) return 'hf';
+  }
+  return null;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -235,7 +333,7 @@ export class ModelSource {
     if (typeof Blob !== 'undefined' && model instanceof Blob) {
       s.blob = model;
       s.size = model.size;
-      s.name = model.name || 'model.gguf';
+      s.name = opts?.name || model.name || 'model.gguf';
       s.url = null;
       s.mode = 'none';
     } else {
@@ -248,7 +346,7 @@ export class ModelSource {
     return s;
   }
 
-  constructor({ cache = 'auto', sha256 = null, onProgress = () => {}, fetch: f, retries = 2, signal, chunkSize = CHUNK_SIZE, onWarning, Hasher } = {}) {
+  constructor({ cache = 'auto', sha256 = null, onProgress = () => {}, fetch: f, retries = 2, signal, chunkSize = CHUNK_SIZE, onWarning, Hasher, pool, folder = null } = {}) {
     this.Hasher = Hasher;
     this.mode = cache;
     this.expectedSha = sha256 ? String(sha256).toLowerCase() : null;
@@ -258,7 +356,10 @@ export class ModelSource {
     this.signal = signal;
     this.chunkSize = chunkSize;
     this.warn = onWarning || ((m) => console.warn(`ferrolm: ${m}`));
-    this.mem = new Map(); // chunk index -> Promise<Uint8Array> (the last few)
+    // Chunks in memory (the last few), shared with the other files of a folder.
+    this.pool = pool || new ChunkPool(3);
+    this.id = `${sourceSeq++}:`;
+    this.folder = folder; // the folder URL when this file is part of a model folder
     this.hasher = null;
     this.hashNext = 0;
     this.downloaded = 0; // bytes fetched over the network this session
@@ -297,9 +398,17 @@ export class ModelSource {
     if (!m) {
       this.done = new Set();
       // The first chunk's response tells the size (Content-Range) and whether ranges work.
-      const first = await this.fetchRange(0, this.chunkSize - 1, true);
+      let first;
+      try {
+        first = await this.fetchRange(0, this.chunkSize - 1, true);
+      } catch (e) {
+        // Nothing was cached: leave no empty entry behind (e.g. a folder file that is absent).
+        await this.backend?.remove().catch(() => {});
+        throw e;
+      }
       this.first = first;
       this.manifest = { version: MANIFEST_VERSION, url: this.url, size: this.size, etag: this.etag, chunkSize: this.chunkSize, chunks: [], sha256: null, updated: Date.now() };
+      if (this.folder) this.manifest.folder = this.folder;
       if (this.backend) await this.saveManifest();
     }
     this.cachedAtOpen = 0;
@@ -364,7 +473,10 @@ export class ModelSource {
       throw namedError('NetworkError', `could not fetch ${this.url}: ${e.message}`, e);
     }
     if (!res.ok) {
-      throw namedError('DownloadError', `fetching ${this.url} failed: HTTP ${res.status} ${res.statusText}`.trim());
+      res.body?.cancel().catch(() => {});
+      const e = namedError('DownloadError', `fetching ${this.url} failed: HTTP ${res.status} ${res.statusText}`.trim());
+      e.status = res.status;
+      throw e;
     }
     const type = res.headers.get('Content-Type') || '';
     if (/text\/html/i.test(type)) {
@@ -495,12 +607,12 @@ export class ModelSource {
 
   // Chunk i, from memory or loaded once; keeps the last few and reads one ahead.
   chunk(i) {
-    let p = this.mem.get(i);
+    const k = this.id + i;
+    let p = this.pool.get(k);
     if (!p) {
       p = this.loadChunk(i).then((b) => this.hashChunk(i, b));
-      p.catch(() => this.mem.delete(i));
-      this.mem.set(i, p);
-      while (this.mem.size > 3) this.mem.delete(this.mem.keys().next().value);
+      p.catch(() => this.pool.delete(k));
+      this.pool.set(k, p);
     }
     return p;
   }
@@ -545,7 +657,9 @@ export class ModelSource {
     while (at < length) {
       const pos = offset + at;
       const i = Math.floor(pos / this.chunkSize);
-      if (i + 1 < this.nChunks && !this.noRanges && !this.blob) this.chunk(i + 1).catch(() => {}); // read ahead
+      // Read ahead, except for small reads at the start (a header: the data may come much later).
+      const header = i === 0 && length < 1 << 20;
+      if (i + 1 < this.nChunks && !this.noRanges && !this.blob && !header) this.chunk(i + 1).catch(() => {});
       const c = await this.chunk(i);
       const from = pos - i * this.chunkSize;
       const take = Math.min(c.length - from, length - at);
@@ -567,7 +681,7 @@ export class ModelSource {
       this.manifest.sha256 = got;
       this.verified = true;
     }
-    this.mem.clear();
+    this.pool.dropOwner(this.id);
     this.stream?.cancel().catch(() => {});
     if (this.backend && this.url) {
       // Also cache chunks the engine never read (padding at the end) so the entry is complete.
@@ -578,5 +692,206 @@ export class ModelSource {
 
   stats() {
     return { url: this.url, size: this.size, downloadedBytes: this.downloaded, cachedBytesRead: this.fromCache, networkRequests: this.networkRequests, cache: this.backend?.kind || 'none', sha256Verified: this.verified, cacheWarning: this.cacheWarning || null };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * A Hugging Face model folder: text files and safetensors shards, each a ModelSource under its own
+ * URL (`new URL(name, base)`) sharing one in-memory chunk pool, or the Files of a directory pick.
+ * A folder manifest (under the folder's URL) records which files exist, so a cached folder loads
+ * without probing for the optional ones.
+ */
+export class ModelFolder {
+  /**
+   * @param {string | null} base  the folder URL, ending in '/' (null with `files`)
+   * @param {object} opts  ModelSource options plus `files` (Map name -> File) and `sha256` (a map
+   *   file name -> hex digest)
+   */
+  constructor(base, opts) {
+    this.base = base;
+    this.opts = opts;
+    this.files = opts.files || null;
+    this.name = base || opts.name || 'model folder';
+    this.pool = new ChunkPool(3);
+    this.sources = new Map(); // name -> ModelSource
+    this.absent = new Set();
+    this.probes = 0; // requests for files that turned out absent
+    this.sizeHint = 0; // the index's total_size: the shards not opened yet
+    this.lastError = null;
+    this.onProgress = opts.onProgress || (() => {});
+  }
+
+  /** Open the folder's manifest (cached folders list their files). */
+  static async open(base, opts) {
+    const f = new ModelFolder(base, opts);
+    f.key = await urlKey(base);
+    try {
+      f.backend = await openBackend(opts.cache ?? 'auto', f.key);
+    } catch (e) {
+      if (e.name === 'InvalidOptionError') throw e;
+      f.backend = null;
+    }
+    const m = f.backend ? await f.backend.getManifest().catch(() => null) : null;
+    f.manifest = m && m.version === MANIFEST_VERSION && m.format === 'hf' && m.url === base && m.files ? m : null;
+    return f;
+  }
+
+  /** Not a model folder after all: drop the (empty) cache entry opening it created. */
+  async discard() {
+    if (!this.manifest) await this.backend?.remove().catch(() => {});
+  }
+
+  /** A folder of local Files (a directory picker's FileList or an array of Files). */
+  static fromFiles(list, opts) {
+    const files = new Map();
+    const depth = (file) => (file.webkitRelativePath || file.name).split('/').length;
+    for (const file of list) {
+      if (!(file instanceof Blob) || !file.name) throw namedError('InvalidOptionError', 'createEngine: `model` as a list must hold Files');
+      const prev = files.get(file.name);
+      if (!prev || depth(file) < depth(prev)) files.set(file.name, file); // the top-level copy wins
+    }
+    const top = [...files.values()].map((x) => x.webkitRelativePath || '').find((p) => p.includes('/'));
+    return new ModelFolder(null, { ...opts, cache: 'none', files, name: top ? top.split('/')[0] : 'model folder' });
+  }
+
+  url(name) { return new URL(name, this.base).href; }
+
+  sha256For(name) {
+    const s = this.opts.sha256;
+    return s && typeof s === 'object' ? s[name] || null : null;
+  }
+
+  /** Whether `name` is known (from the manifest) to be absent. */
+  knownAbsent(name) {
+    return !!(this.manifest?.complete && this.manifest.files[name] === false);
+  }
+
+  /**
+   * The ModelSource of `name`, or null when `optional` and the file does not exist (HTTP 404/410,
+   * or an HTML page where a file should be).
+   */
+  async source(name, { optional = false } = {}) {
+    if (this.sources.has(name)) return this.sources.get(name);
+    if (!plainFileName(name)) throw namedError('ModelFormatError', `${this.name}: ${JSON.stringify(name)} is not a plain file name`);
+    const missing = () => namedError('DownloadError', `${this.name}: the folder has no ${name}`);
+    if (this.files) {
+      const file = this.files.get(name);
+      if (!file) {
+        if (optional) return null;
+        throw missing();
+      }
+      const s = await ModelSource.open(file, { ...this.opts, name, sha256: this.sha256For(name), pool: this.pool, onProgress: () => this.report('cache') });
+      this.sources.set(name, s);
+      return s;
+    }
+    if (optional && this.knownAbsent(name)) return null;
+    try {
+      const s = await ModelSource.open(this.url(name), {
+        ...this.opts,
+        sha256: this.sha256For(name),
+        pool: this.pool,
+        folder: this.base,
+        onProgress: (p) => this.report(p.phase),
+      });
+      this.sources.set(name, s);
+      this.report('download');
+      return s;
+    } catch (e) {
+      const absent = e.status === 404 || e.status === 410 || (e.name === 'ModelFormatError' && /HTML/.test(e.message));
+      if (optional && absent) {
+        this.absent.add(name);
+        this.probes++;
+        return null;
+      }
+      throw e;
+    }
+  }
+
+  /** The whole text of `name` (null if optional and absent). */
+  async text(name, opts) {
+    const s = await this.source(name, opts);
+    if (!s) return null;
+    const bytes = await s.read(0, s.size);
+    return new TextDecoder().decode(bytes);
+  }
+
+  /** The byte source the engine reads a weight file through; remembers a failure for the caller. */
+  async weights(name) {
+    try {
+      const s = await this.source(name);
+      return { size: s.size, name, read: (off, len) => s.read(off, len).catch((e) => { this.lastError = e; throw e; }) };
+    } catch (e) {
+      this.lastError = e;
+      throw e;
+    }
+  }
+
+  report(phase) {
+    let size = 0;
+    let down = 0;
+    let cached = 0;
+    for (const s of this.sources.values()) {
+      size += s.size;
+      down += Math.min(s.size, (s.cachedAtOpen || 0) + s.downloaded);
+      cached += s.fromCache;
+    }
+    const total = Math.max(size, this.sizeHint);
+    if (!total) return;
+    if (phase === 'cache') this.onProgress({ phase, loaded: cached, total });
+    else if (this.base) this.onProgress({ phase: 'download', loaded: down, total });
+  }
+
+  async saveManifest(complete) {
+    if (!this.backend) return;
+    const files = {};
+    for (const n of this.sources.keys()) files[n] = true;
+    for (const n of this.absent) files[n] = false;
+    if (this.manifest?.files) for (const [n, v] of Object.entries(this.manifest.files)) if (!(n in files)) files[n] = v;
+    this.manifest = { version: MANIFEST_VERSION, format: 'hf', url: this.base, files, complete, updated: Date.now() };
+    try {
+      await this.backend.putManifest(this.manifest);
+    } catch (e) {
+      this.cacheWarning = `the folder manifest could not be written (${e.name}: ${e.message})`;
+    }
+  }
+
+  /** After the engine loaded: finish every file (digests, uncached chunks), then the manifest. */
+  async finish() {
+    for (const s of this.sources.values()) await s.finish();
+    await this.saveManifest(true);
+  }
+
+  stats() {
+    const files = [];
+    let size = 0;
+    let downloadedBytes = 0;
+    let cachedBytesRead = 0;
+    let networkRequests = this.probes;
+    let warning = this.cacheWarning || null;
+    const expected = this.opts.sha256 && typeof this.opts.sha256 === 'object' ? Object.keys(this.opts.sha256) : [];
+    for (const [name, s] of this.sources) {
+      const st = s.stats();
+      files.push({ name, ...st });
+      size += st.size;
+      downloadedBytes += st.downloadedBytes;
+      cachedBytesRead += st.cachedBytesRead;
+      networkRequests += st.networkRequests;
+      warning ||= st.cacheWarning;
+    }
+    const kinds = new Set(files.map((f) => f.cache));
+    return {
+      url: this.base,
+      format: 'hf',
+      size,
+      downloadedBytes,
+      cachedBytesRead,
+      networkRequests,
+      cache: kinds.size === 1 ? [...kinds][0] : kinds.has('none') ? 'none' : [...kinds][0] || 'none',
+      sha256Verified: expected.length > 0 && expected.every((n) => this.sources.get(n)?.verified),
+      cacheWarning: warning,
+      files,
+    };
   }
 }

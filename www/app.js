@@ -21,7 +21,8 @@ async function showCached() {
   const list = await listCachedModels();
   $('cached').replaceChildren(...list.map((m) => {
     const row = document.createElement('div');
-    row.textContent = `cached (${m.backend}): ${m.url} — ${mb(m.cachedBytes)} / ${mb(m.size)}${m.complete ? '' : ' (partial)'} `;
+    const what = m.format === 'hf' ? ` (folder, ${m.files.length} files)` : '';
+    row.textContent = `cached (${m.backend}): ${m.url}${what} — ${mb(m.cachedBytes)} / ${mb(m.size)}${m.complete ? '' : ' (partial)'} `;
     const del = document.createElement('button');
     del.textContent = 'delete';
     del.onclick = async () => { await deleteCachedModel(m.url); showCached(); };
@@ -40,6 +41,7 @@ async function load(model) {
       model,
       worker: $('worker').checked,
       cache: $('cache').value,
+      quantize: $('quantize').value,
       onProgress: ({ phase, loaded, total }) => {
         $('bar').max = total || 1;
         $('bar').value = loaded;
@@ -99,6 +101,7 @@ async function send() {
 
 $('load').onclick = () => load(new URL($('url').value, location.href).href);
 $('file').onchange = () => $('file').files[0] && load($('file').files[0]);
+$('folder').onchange = () => $('folder').files.length && load($('folder').files);
 $('send').onclick = send;
 $('stop').onclick = () => abort?.abort();
 $('clear').onclick = () => { messages = []; $('log').replaceChildren(); };

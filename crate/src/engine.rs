@@ -134,31 +134,60 @@ impl Engine {
     /// Load a Hugging Face model folder (config.json + safetensors, tokenizer files optional).
     #[cfg(not(target_arch = "wasm32"))]
     pub async fn load_hf_dir(dir: &std::path::Path, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
-        use crate::model::hf::{read_dir_files, HfModel};
         use crate::weights::FileSource;
-        let files = read_dir_files(dir)?;
-        let model = HfModel::open(&files, |f| FileSource::open(dir.join(f)))?;
+        let files = crate::model::hf::read_dir_files(dir)?;
+        let open = |f: String| {
+            let path = dir.join(f);
+            async move { FileSource::open(path) }
+        };
+        Self::load_hf(&files, open, dir.display().to_string(), opts, progress).await
+    }
+
+    /// Load a Hugging Face model from its text files and weight files: `open(file name)` gives the
+    /// source of `model.safetensors` or of each shard the index names (natively a file, in the
+    /// browser a cached download). The one loader for both.
+    pub async fn load_hf<S, F, Fut>(
+        files: &crate::model::hf::HfFiles,
+        open: F,
+        source_name: String,
+        opts: &LoadOptions,
+        progress: Progress<'_>,
+    ) -> Result<Engine>
+    where
+        S: AsyncSource,
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = Result<S>>,
+    {
+        use crate::model::hf::HfModel;
+        use crate::model::hf_config::TokenizerConfig;
+        if opts.max_batch == 0 {
+            return Err(Error::InvalidOption("max batch must be at least 1".into()));
+        }
+        // Everything that can be checked without weights first: config (inside HfModel::open,
+        // before any weight file is opened), tokenizer, chat template.
+        crate::model::ModelConfig::from_hf(&crate::model::hf_config::HfConfig::from_json(&files.config)?)?;
         let tokenizer = files
             .tokenizer
             .as_deref()
             .map(|t| Tokenizer::from_hf_json(t, files.tokenizer_config.as_deref()))
             .transpose()?;
-        let template = match (&model.tokenizer_config, &tokenizer) {
-            (Some(tc), Some(tok)) => match &tc.chat_template {
-                Some(src) => {
-                    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
-                    let bos = tc.bos_token.clone().unwrap_or_else(|| text(tok.bos_id()));
-                    let eos = tc.eos_token.clone().unwrap_or_else(|| text(tok.eos_id()));
-                    Some(ChatTemplate::new(src, &bos, &eos)?)
-                }
-                None => None,
-            },
+        let tc = files.tokenizer_config.as_deref().map(TokenizerConfig::from_json).transpose()?;
+        let source = files.chat_template.clone().or_else(|| tc.as_ref().and_then(|tc| tc.chat_template.clone()));
+        let template = match (source, &tokenizer) {
+            (Some(src), Some(tok)) => {
+                let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+                let bos = tc.as_ref().and_then(|tc| tc.bos_token.clone()).unwrap_or_else(|| text(tok.bos_id()));
+                let eos = tc.as_ref().and_then(|tc| tc.eos_token.clone()).unwrap_or_else(|| text(tok.eos_id()));
+                Some(ChatTemplate::new(&src, &bos, &eos)?)
+            }
             _ => None,
         };
+        let model = HfModel::open(files, open).await?;
         let gpu = Gpu::new().await?;
-        progress("upload", 0, 1);
-        let weights = model.load(&gpu, opts.quantize)?;
-        progress("upload", 1, 1);
+        // Refuse before reading any weight if a tensor is missing or a buffer cannot fit.
+        let total = model.check_fits(&gpu, opts.quantize)?;
+        progress("upload", 0, total);
+        let weights = model.load(&gpu, opts.quantize, &mut |done| progress("upload", done, total)).await?;
         let mut eos_ids = model.eos_ids();
         if let Some(t) = &tokenizer {
             for id in t.eos_ids() {
@@ -168,7 +197,7 @@ impl Engine {
             }
         }
         let rt = Runtime::new(gpu, model.cfg, weights, opts, progress)?;
-        Ok(Engine { rt, tokenizer, template, eos_ids, source_name: dir.display().to_string() })
+        Ok(Engine { rt, tokenizer, template, eos_ids, source_name })
     }
 
     /// Load a GGUF file or a Hugging Face model folder from disk.

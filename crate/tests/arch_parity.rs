@@ -6,6 +6,8 @@
 mod common;
 use ferrolm::engine::{Engine, GenerateOptions, LoadOptions};
 use ferrolm::gpu::block_on;
+use ferrolm::weights::source::ReadFuture;
+use ferrolm::weights::{AsyncSource, ByteSource, FileSource};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -128,6 +130,83 @@ fn quantized_at_load_stays_close() {
         fails.push("qwen2 q4_0: non-finite logits".into());
     }
     assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
+/// A file source that records (file, offset, length) of every read.
+struct Recording {
+    src: FileSource,
+    file: String,
+    reads: std::rc::Rc<std::cell::RefCell<Vec<(String, u64, usize)>>>,
+}
+
+impl AsyncSource for Recording {
+    fn total_len(&self) -> u64 {
+        ByteSource::len(&self.src)
+    }
+    fn source_name(&self) -> String {
+        self.file.clone()
+    }
+    fn read<'a>(&'a self, offset: u64, len: usize) -> ReadFuture<'a> {
+        self.reads.borrow_mut().push((self.file.clone(), offset, len));
+        AsyncSource::read(&self.src, offset, len)
+    }
+}
+
+#[test]
+fn sharded_folder_loads_like_the_single_file() {
+    // qwen2 (qkv bias, tied embeddings) split into two shards with an index: the same logits and
+    // greedy tokens. Tensors go to the shards in reverse name order, so the loader's file-order
+    // visit differs from the layer order.
+    let tmp = std::env::temp_dir().join(format!("ferrolm-shards-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    for f in ["config.json", "generation_config.json"] {
+        std::fs::copy(dir("qwen2").join(f), tmp.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(dir("qwen2").join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
+    names.sort();
+    names.reverse();
+    let mut weight_map = serde_json::Map::new();
+    for (i, part) in names.chunks(names.len().div_ceil(2)).enumerate() {
+        let file = format!("model-{:05}-of-00002.safetensors", i + 1);
+        let views: Vec<_> = part.iter().map(|n| (n.clone(), st.tensor(n).unwrap())).collect();
+        std::fs::write(tmp.join(&file), safetensors::serialize(views, None).unwrap()).unwrap();
+        for n in part {
+            weight_map.insert(n.clone(), file.clone().into());
+        }
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    std::fs::write(tmp.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let (prompt, greedy, want) = reference("qwen2");
+    let opts = LoadOptions { context_length: Some(64), ..Default::default() };
+    let mut phases = Vec::new();
+    // Through the loader the browser uses, recording every read.
+    let files = ferrolm::model::hf::read_dir_files(&tmp).unwrap();
+    let reads = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let open = |f: String| {
+        let src = FileSource::open(tmp.join(&f)).map(|src| Recording { src, file: f, reads: reads.clone() });
+        async move { src }
+    };
+    let mut e = block_on(Engine::load_hf(&files, open, "sharded".into(), &opts, &mut |p, done, total| {
+        phases.push((p.to_string(), done, total))
+    }))
+    .unwrap();
+    // After the two header reads of each shard, every shard is read front to back.
+    let reads = reads.borrow();
+    for f in ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] {
+        let offs: Vec<u64> = reads.iter().filter(|r| r.0 == f).skip(2).map(|r| r.1).collect();
+        assert!(offs.len() > 10 && offs.windows(2).all(|w| w[0] < w[1]), "{f}: reads at {offs:?}");
+    }
+    let upload: Vec<_> = phases.iter().filter(|p| p.0 == "upload").collect();
+    let total = upload[0].2;
+    assert!(upload.iter().all(|p| p.2 == total) && upload.last().unwrap().1 == total && total > 400_000, "{upload:?}");
+    let logits = block_on(e.rt.forward(&prompt)).unwrap();
+    assert!(rel_err(&logits, want.last().unwrap()) < 1e-2);
+    let gen = GenerateOptions { max_tokens: greedy.len(), stop_ids: Some(vec![]), ..Default::default() };
+    assert_eq!(block_on(e.generate(&prompt, &gen, &mut |_, _| true)).unwrap().tokens, greedy);
+    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! are differential: our reader accepts a file exactly when the reference crate does (apart from
 //! duplicate keys, which only we detect).
 
+use ferrolm::gpu::block_on;
 use ferrolm::weights::quant::SplitMix64;
 use ferrolm::weights::safetensors::{SafetensorsError as E, SafetensorsFile, SafetensorsModel, ShardIndex, StDtype};
 use ferrolm::weights::{ByteSource, MemSource};
@@ -10,7 +11,16 @@ use safetensors::tensor::{Dtype, TensorView};
 use std::collections::HashMap;
 
 fn read(bytes: &[u8]) -> Result<SafetensorsFile, E> {
-    SafetensorsFile::read(&MemSource::new(bytes.to_vec(), "t.safetensors"))
+    let src = MemSource::new(bytes.to_vec(), "t.safetensors");
+    let sync = SafetensorsFile::read(&src);
+    // The asynchronous reader (the browser's path) validates identically.
+    let via_async = ferrolm::gpu::block_on(SafetensorsFile::read_async(&src));
+    let show = |r: &Result<SafetensorsFile, E>| match r {
+        Ok(f) => format!("{:?}", (f.header_len, f.data_offset, &f.metadata, &f.tensors)),
+        Err(e) => format!("{e:?}"),
+    };
+    assert_eq!(show(&sync), show(&via_async), "sync and async readers disagree");
+    sync
 }
 
 /// A file from a raw header string and a data section of `data_len` bytes.
@@ -286,6 +296,24 @@ fn shard_index_and_sharded_model() {
     assert_eq!(m.tensor_names().count(), 3);
     let single = SafetensorsModel::open(None, open).unwrap();
     assert_eq!(single.read_f32("a").unwrap(), vec![1.0, 2.0]);
+    // The asynchronous open (the browser's and the engine's path) agrees.
+    let open_async = |f: String| {
+        let r = open(&f);
+        async move { r }
+    };
+    let m = block_on(SafetensorsModel::open_async(Some(ix.as_bytes()), open_async)).unwrap();
+    assert_eq!(block_on(m.read_f32_async("c", &mut |_| {})).unwrap(), vec![4.0, 5.0, 6.0]);
+    let mut seen = 0;
+    assert_eq!(block_on(m.read_bytes_async("a", &mut |n| seen += n)).unwrap(), da);
+    assert_eq!(seen, 8);
+    for bad in
+        [r#"{"weight_map":{"a":"../model.safetensors"}}"#, r#"{"weight_map":{"a":"model-00002-of-00002.safetensors"}}"#]
+    {
+        let sync = SafetensorsModel::open(Some(bad.as_bytes()), open).err().unwrap().to_string();
+        let via_async =
+            block_on(SafetensorsModel::open_async(Some(bad.as_bytes()), open_async)).err().unwrap().to_string();
+        assert_eq!(sync, via_async);
+    }
     // The index names a tensor its shard lacks; and a tensor present in two shards.
     let wrong = ix.replace(r#""b":"model-00002"#, r#""b":"model-00001"#);
     let e = SafetensorsModel::open(Some(wrong.as_bytes()), open).err().unwrap();

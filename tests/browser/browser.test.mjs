@@ -8,6 +8,7 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -30,6 +31,70 @@ export const CHROME_ARGS = [
   '--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader',
 ];
 
+const ARCH = path.join(root, 'tests/fixtures/arch');
+const ref = (family) => JSON.parse(fs.readFileSync(path.join(ARCH, family, 'reference.json'), 'utf8'));
+// Logits at the last prompt position (what `topLogits` reports for the first generated token).
+function lastLogits(family) {
+  const b = fs.readFileSync(path.join(ARCH, family, 'logits.f32'));
+  const f = new Float32Array(b.buffer, b.byteOffset, b.length / 4);
+  const [n, vocab] = ref(family).logits_shape;
+  return Array.from(f.subarray((n - 1) * vocab, n * vocab));
+}
+
+/** Split a safetensors file into shards of about `parts` equal tensor counts + an index. */
+function shardSafetensors(file, outDir, parts) {
+  const buf = fs.readFileSync(file);
+  const hlen = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + hlen).toString('utf8'));
+  delete header.__metadata__;
+  const names = Object.keys(header).sort();
+  const per = Math.ceil(names.length / parts);
+  const weightMap = {};
+  let total = 0;
+  for (let p = 0; p < parts; p++) {
+    const shard = `model-${String(p + 1).padStart(5, '0')}-of-${String(parts).padStart(5, '0')}.safetensors`;
+    const h = {};
+    const datas = [];
+    let at = 0;
+    for (const n of names.slice(p * per, (p + 1) * per)) {
+      const t = header[n];
+      const d = buf.subarray(8 + hlen + t.data_offsets[0], 8 + hlen + t.data_offsets[1]);
+      h[n] = { dtype: t.dtype, shape: t.shape, data_offsets: [at, at + d.length] };
+      datas.push(d);
+      at += d.length;
+      weightMap[n] = shard;
+      total += d.length;
+    }
+    let json = JSON.stringify(h);
+    json += ' '.repeat((8 - (json.length % 8)) % 8);
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(json.length));
+    fs.writeFileSync(path.join(outDir, shard), Buffer.concat([len, Buffer.from(json), ...datas]));
+  }
+  fs.writeFileSync(path.join(outDir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2));
+  return Object.values(weightMap);
+}
+
+/** Tiny random-weight HF folders (tests/fixtures/arch) and broken ones under `dir`. */
+function makeHfFolders(dir) {
+  const copy = (family, to, files = ['config.json', 'generation_config.json', 'model.safetensors']) => {
+    fs.mkdirSync(path.join(dir, to), { recursive: true });
+    for (const f of files) fs.copyFileSync(path.join(ARCH, family, f), path.join(dir, to, f));
+  };
+  copy('llama', 'llama');
+  copy('qwen2', 'qwen2-sharded', ['config.json', 'generation_config.json']);
+  shardSafetensors(path.join(ARCH, 'qwen2/model.safetensors'), path.join(dir, 'qwen2-sharded'), 2);
+  // Broken: no config.json; an unknown model_type; a shard that 404s; a shard name with a path.
+  copy('llama', 'nocfg', ['generation_config.json', 'model.safetensors']);
+  copy('llama', 'rwkv', ['model.safetensors']);
+  fs.writeFileSync(path.join(dir, 'rwkv/config.json'), fs.readFileSync(path.join(ARCH, 'llama/config.json'), 'utf8').replace('"llama"', '"rwkv"'));
+  copy('qwen2', 'missing-shard', ['config.json']);
+  const shards = shardSafetensors(path.join(ARCH, 'qwen2/model.safetensors'), path.join(dir, 'missing-shard'), 2);
+  fs.rmSync(path.join(dir, 'missing-shard', shards.at(-1)));
+  copy('qwen2', 'badname', ['config.json']);
+  fs.writeFileSync(path.join(dir, 'badname/model.safetensors.index.json'), JSON.stringify({ weight_map: { 'model.norm.weight': '../llama/model.safetensors' } }));
+}
+
 let server;
 let browser;
 let context;
@@ -49,12 +114,16 @@ before(async () => {
   fs.closeSync(fd);
   fs.writeFileSync(path.join(tmp, 'truncated.gguf'), head);
   fs.writeFileSync(path.join(tmp, 'page.gguf'), '<!DOCTYPE html><html><body>' + 'x'.repeat(100000) + '</body></html>');
+  fs.copyFileSync(path.join(tmp, 'truncated.gguf'), path.join(tmp, 'truncated-noext'));
+  const hfDir = path.join(tmp, 'hf');
+  makeHfFolders(hfDir);
   const modelDir = path.dirname(MODEL);
   server = await startServer({
     mounts: {
       '/': path.join(here, 'www'),
       '/pkg': path.join(root, 'pkg'),
       '/bad': tmp,
+      '/hf': hfDir,
       '/m/resume': modelDir,
       '/m/cached': modelDir,
       '/m/sha': modelDir,
@@ -373,4 +442,176 @@ test('a reload takes the weights from the cache (no weight request); worker:fals
   assert.equal(v.deleted, true);
   assert.ok(!v.after.some((m) => m.url.endsWith(url)));
   await p2.close();
+});
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face model folders (tests/fixtures/arch: 2 layers, hidden 64, vocab 256, no tokenizer):
+// the browser engine against the transformers reference the native tests also use.
+
+/** In the page: load `opts`, generate `ref.greedy.length` greedy tokens from the reference
+ *  prompt with the top logits, and unload. */
+async function hfRun(p, opts, r) {
+  return inPage(p, async ({ opts, prompt, n }) => {
+    const phases = {};
+    const t = performance.now();
+    const e = await ferrolm.createEngine({ contextLength: 64, ...opts, onProgress: (q) => { const ph = (phases[q.phase] ||= { n: 0, totals: [] }); ph.n++; ph.last = q; if (!ph.totals.includes(q.total)) ph.totals.push(q.total); } });
+    const loadMs = performance.now() - t;
+    const it = e.generate({ tokens: prompt }, { maxTokens: n, temperature: 0, stopIds: [], topLogits: 10 });
+    const tokens = [];
+    for await (const c of it) tokens.push(c.token);
+    const res = await it.result;
+    const info = e.info;
+    await e.unload();
+    return { loadMs, phases, tokens, topLogits: res.topLogits, info, stats: res.stats };
+  }, { opts, prompt: r.prompt, n: r.greedy.length });
+}
+
+function checkLogits(family, top, tol) {
+  const want = lastLogits(family);
+  const scale = Math.max(...want.map(Math.abs));
+  assert.equal(top.length, 10);
+  assert.equal(top[0][0], ref(family).argmax.at(-1), `${family}: top-1 id`);
+  const worst = Math.max(...top.map(([id, v]) => Math.abs(v - want[id]))) / scale;
+  assert.ok(worst <= tol, `${family}: top-10 logits off by ${worst.toExponential(2)} of the largest (tolerance ${tol})`);
+  return worst;
+}
+
+test('HF folder: logits and greedy tokens match transformers (single file, sharded by probing, quantized); cached reload; list/delete', async () => {
+  const llama = ref('llama');
+  const qwen2 = ref('qwen2');
+  server.resetLog();
+  // A folder URL ending in '/', cached in OPFS.
+  const a = await hfRun(page, { model: '/hf/llama/', worker: false, cache: 'opfs' }, llama);
+  assert.ok(a.ok, a.message);
+  log(`HF llama: load ${(a.value.loadMs / 1000).toFixed(1)}s, decode ${a.value.stats.decode_tok_s.toFixed(2)} tok/s, phases ${JSON.stringify(a.value.phases)}`);
+  assert.deepEqual(a.value.tokens, llama.greedy);
+  log('llama logits error', checkLogits('llama', a.value.topLogits, 1e-2).toExponential(2));
+  const folderBytes = ['config.json', 'generation_config.json', 'model.safetensors'].reduce((n, f) => n + fs.statSync(path.join(ARCH, 'llama', f)).size, 0);
+  assert.equal(a.value.info.load.format, 'hf');
+  assert.equal(a.value.info.load.size, folderBytes);
+  assert.equal(a.value.phases.download.last.total, folderBytes);
+  assert.equal(a.value.phases.download.last.loaded, folderBytes);
+  assert.ok(a.value.phases.upload.last.loaded === a.value.phases.upload.last.total && a.value.phases.upload.last.total > 0);
+  assert.ok(a.value.phases.compile);
+  assert.equal(a.value.info.source, `${server.url}/hf/llama/`);
+  // Optional files that are absent were looked for once (404), nothing else was requested twice.
+  const llamaReqs = server.log.filter((q) => q.path.startsWith('/hf/llama/'));
+  assert.deepEqual(llamaReqs.filter((q) => q.status === 200 || q.status === 206).map((q) => q.path).sort(), ['/hf/llama/config.json', '/hf/llama/generation_config.json', '/hf/llama/model.safetensors']);
+
+  // Sharded (2 shards + index), qkv bias, tied embeddings; the URL has no trailing '/', so it is probed.
+  const shardDir = path.join(tmp, 'hf/qwen2-sharded');
+  const shard1 = 'model-00001-of-00002.safetensors';
+  const sha1 = crypto.createHash('sha256').update(fs.readFileSync(path.join(shardDir, shard1))).digest('hex');
+  const b = await hfRun(page, { model: '/hf/qwen2-sharded', worker: true, cache: 'cache-api', sha256: { [shard1]: sha1 } }, qwen2);
+  assert.ok(b.ok, b.message);
+  log(`HF qwen2 sharded: load ${(b.value.loadMs / 1000).toFixed(1)}s, phases ${JSON.stringify(b.value.phases)}`);
+  assert.deepEqual(b.value.tokens, qwen2.greedy);
+  log('qwen2 logits error', checkLogits('qwen2', b.value.topLogits, 1e-2).toExponential(2));
+  assert.equal(b.value.info.load.sha256Verified, true);
+  const total = fs.readdirSync(shardDir).reduce((n, f) => n + fs.statSync(path.join(shardDir, f)).size, 0);
+  assert.equal(b.value.phases.download.last.total, total, 'download total counts every file of the folder');
+  assert.equal(b.value.info.load.files.length, 5);
+
+  // Quantized at load (as the CLI's --quantize): Q8_0 stays close (the native test's bound);
+  // the weights come from the OPFS cache without a request.
+  server.resetLog();
+  const c = await hfRun(page, { model: '/hf/llama/', worker: false, cache: 'opfs', quantize: 'q8_0' }, llama);
+  assert.ok(c.ok, c.message);
+  assert.deepEqual(server.log.filter((q) => q.path.startsWith('/hf/')), [], 'a cached folder loads without any request');
+  assert.equal(c.value.info.load.networkRequests, 0);
+  log('llama q8_0 logits error', checkLogits('llama', c.value.topLogits, 0.1).toExponential(2));
+  assert.ok(c.value.info.weightBytes < a.value.info.weightBytes / 3, `q8_0 weights ${c.value.info.weightBytes} vs f32 ${a.value.info.weightBytes}`);
+
+  const lists = await inPage(page, async () => {
+    const before = await ferrolm.listCachedModels();
+    const deleted = await ferrolm.deleteCachedModel('/hf/llama'); // without the '/' works too
+    const deleted2 = await ferrolm.deleteCachedModel('/hf/qwen2-sharded/');
+    return { before, deleted, deleted2, after: await ferrolm.listCachedModels() };
+  });
+  assert.ok(lists.ok, lists.message);
+  const l = lists.value;
+  const entry = l.before.find((m) => m.url === `${server.url}/hf/llama/`);
+  assert.ok(entry && entry.format === 'hf' && entry.complete && entry.backend === 'opfs' && entry.size === folderBytes, JSON.stringify(l.before));
+  assert.deepEqual(entry.files.map((f) => f.name), ['config.json', 'generation_config.json', 'model.safetensors']);
+  assert.ok(!l.before.some((m) => m.url.startsWith(`${server.url}/hf/llama/`) && m.url !== `${server.url}/hf/llama/`), 'folder files are listed under their folder only');
+  const q = l.before.find((m) => m.url === `${server.url}/hf/qwen2-sharded/`);
+  assert.ok(q && q.complete && q.backend === 'cache-api' && q.files.length === 5 && q.size === total, JSON.stringify(q));
+  assert.equal(l.deleted, true);
+  assert.equal(l.deleted2, true);
+  assert.ok(!l.after.some((m) => m.url.includes('/hf/')), JSON.stringify(l.after));
+});
+
+test('HF folder: local Files (directory picker) and clear errors', async () => {
+  const llama = ref('llama');
+  const p = await openPage();
+  // A directory pick: an array of Files (a FileList works the same).
+  const a = await inPage(p, async ({ prompt, n }) => {
+    const files = await Promise.all(['config.json', 'generation_config.json', 'model.safetensors'].map(async (f) => new File([await (await fetch(`/hf/llama/${f}`)).blob()], f)));
+    const e = await ferrolm.createEngine({ model: files, worker: true, contextLength: 64, quantize: 'q4_0' });
+    const toks = [];
+    for await (const c of e.generate({ tokens: prompt }, { maxTokens: n, temperature: 0, stopIds: [] })) toks.push(c.token);
+    const info = e.info;
+    await e.unload();
+    return { toks, info };
+  }, { prompt: llama.prompt, n: 2 });
+  assert.ok(a.ok, a.message);
+  assert.equal(a.value.toks.length, 2);
+  assert.equal(a.value.info.load.cache, 'none');
+  assert.equal(a.value.info.config.vocab, 256);
+
+  const r = await inPage(p, async () => {
+    const tryLoad = async (opts) => {
+      try { await ferrolm.createEngine({ worker: false, cache: 'none', ...opts }); return { ok: true }; } catch (e) { return { name: e.name, message: e.message }; }
+    };
+    const out = {
+      noConfig: await tryLoad({ model: '/hf/nocfg/' }),
+      rwkv: await tryLoad({ model: '/hf/rwkv/' }),
+      missingShard: await tryLoad({ model: '/hf/missing-shard/' }),
+      badName: await tryLoad({ model: '/hf/badname/' }),
+      // Not .gguf and not a folder: probed for config.json, then read as a GGUF.
+      probedGguf: await tryLoad({ model: '/bad/truncated-noext' }),
+      ggufQuantize: await tryLoad({ model: new File([new Uint8Array(64)], 'x.gguf'), quantize: 'q8_0' }),
+      badQuantize: await tryLoad({ model: '/hf/llama/', quantize: 'q3_k' }),
+      badFormat: await tryLoad({ model: '/hf/llama/', format: 'onnx' }),
+      forcedGguf: await tryLoad({ model: '/hf/llama/', format: 'gguf' }),
+      shaString: await tryLoad({ model: '/hf/llama/', sha256: '0'.repeat(64) }),
+    };
+    // maxStorageBufferBindingSize smaller than the largest matrix (the 96 KiB gate/up of a layer).
+    const real = Object.getOwnPropertyDescriptor(GPUAdapter.prototype, 'limits').get;
+    Object.defineProperty(GPUAdapter.prototype, 'limits', {
+      configurable: true,
+      get() {
+        const l = real.call(this);
+        const o = {};
+        for (const k in l) o[k] = l[k];
+        o.maxStorageBufferBindingSize = 64 << 10;
+        return o;
+      },
+    });
+    out.tooLarge = await tryLoad({ model: '/hf/llama/' });
+    Object.defineProperty(GPUAdapter.prototype, 'limits', { configurable: true, get: real });
+    return out;
+  });
+  await p.close();
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  log('HF errors:', JSON.stringify(v));
+  assert.equal(v.noConfig.name, 'ModelFormatError');
+  assert.match(v.noConfig.message, /config\.json/);
+  assert.equal(v.rwkv.name, 'UnsupportedModelError');
+  assert.match(v.rwkv.message, /rwkv/);
+  assert.equal(v.missingShard.name, 'DownloadError');
+  assert.match(v.missingShard.message, /404/);
+  assert.match(v.missingShard.message, /model-00002-of-00002\.safetensors/);
+  assert.equal(v.badName.name, 'ModelFormatError');
+  assert.match(v.badName.message, /not a plain file name/);
+  assert.equal(v.probedGguf.name, 'ModelFormatError');
+  assert.equal(v.ggufQuantize.name, 'InvalidOptionError');
+  assert.match(v.ggufQuantize.message, /quantize/);
+  assert.equal(v.badQuantize.name, 'InvalidOptionError');
+  assert.equal(v.badFormat.name, 'InvalidOptionError');
+  assert.equal(v.forcedGguf.name, 'DownloadError'); // the folder URL itself is not a file (404)
+  assert.equal(v.shaString.name, 'InvalidOptionError');
+  assert.equal(v.tooLarge.name, 'GpuLimitsError');
+  assert.match(v.tooLarge.message, /gate_up .* needs 96 KiB .* allows 64 KiB \(maxStorageBufferBindingSize\)/);
 });

@@ -4,13 +4,13 @@
 
 use super::config::ModelConfig;
 use super::hf_config::{GenerationConfig, HfConfig, TokenizerConfig};
-use super::weights::{GpuMatrix, LayerParts, ModelWeights};
+use super::weights::{GpuMatrix, LayerParts, LayerWeights, ModelWeights};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::weights::pack::{self, Packed};
+use crate::weights::pack::{self, Layout, Packed};
 use crate::weights::quant::{self, GgmlType};
-use crate::weights::safetensors::{SafetensorsModel, StDtype};
-use crate::weights::ByteSource;
+use crate::weights::safetensors::{SafetensorsModel, StDtype, READ_CHUNK};
+use crate::weights::AsyncSource;
 
 /// How to store F32/F16/BF16 weights on the GPU: as they are, or quantized at load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -35,15 +35,28 @@ impl std::str::FromStr for Quantize {
 
 /// The text files of a model folder, read by the caller (natively from disk, in the browser by
 /// fetch); weights come through `open`.
+#[derive(Clone, Debug, Default)]
 pub struct HfFiles {
     pub config: String,
     pub generation_config: Option<String>,
     pub tokenizer: Option<String>,
     pub tokenizer_config: Option<String>,
+    /// `chat_template.jinja` (newer transformers save the template there instead of in
+    /// tokenizer_config.json; when both exist, this file wins, as in transformers).
+    pub chat_template: Option<String>,
     pub index: Option<Vec<u8>>,
 }
 
-pub struct HfModel<S: ByteSource> {
+/// The optional files of a model folder besides the weights, in the order they are looked for.
+pub const OPTIONAL_FILES: [&str; 5] = [
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    crate::weights::safetensors::INDEX_FILE,
+];
+
+pub struct HfModel<S> {
     pub hf: HfConfig,
     pub cfg: ModelConfig,
     pub st: SafetensorsModel<S>,
@@ -51,13 +64,82 @@ pub struct HfModel<S: ByteSource> {
     pub tokenizer_config: Option<TokenizerConfig>,
 }
 
-impl<S: ByteSource> HfModel<S> {
-    pub fn open(files: &HfFiles, open: impl FnMut(&str) -> Result<S>) -> Result<HfModel<S>> {
+/// The tensor names of one layer with the shapes the config implies.
+struct LayerSpec {
+    /// [q; k; v] parts (or the fused qkv_proj) as (name, rows); columns: hidden.
+    qkv: Vec<(String, usize)>,
+    /// q, k, v biases as (name, length).
+    qkv_bias: Vec<(String, usize)>,
+    q_norm: Option<String>,
+    k_norm: Option<String>,
+    o: String,
+    /// [gate; up] parts (or the fused gate_up_proj) as (name, rows); columns: hidden.
+    gate_up: Vec<(String, usize)>,
+    down: String,
+    attn_norm: String,
+    ffn_norm: String,
+    post_attn_norm: Option<String>,
+    post_ffn_norm: Option<String>,
+}
+
+/// (tensor name, rows) of each part of one GPU matrix buffer, and the shared column count.
+type MatrixSpec = (String, Vec<(String, usize)>, usize);
+
+/// A tensor's expected shape: rows x columns, or a vector's length.
+#[derive(Clone, Copy)]
+enum Shape {
+    Matrix(usize, usize),
+    Vector(usize),
+}
+
+/// What the loader visits, in the order the weights lie in the files.
+#[derive(Clone, Copy)]
+enum Item {
+    Embed,
+    Layer(usize),
+    Norm,
+    Head,
+}
+
+/// The element type a matrix is packed as: its own, or the quantization asked for (when the rows
+/// are whole 32-element blocks).
+fn packed_type(dtype: &StDtype, q: Quantize, cols: usize) -> Result<GgmlType> {
+    Ok(match (q, cols.is_multiple_of(32)) {
+        (Quantize::Q8_0, true) => GgmlType::Q8_0,
+        (Quantize::Q4_0, true) => GgmlType::Q4_0,
+        _ => match dtype {
+            StDtype::F32 => GgmlType::F32,
+            StDtype::F16 => GgmlType::F16,
+            StDtype::BF16 => GgmlType::BF16,
+            other => {
+                return Err(Error::Unsupported(format!("dtype {} (F32, F16 and BF16 are supported)", other.name())))
+            }
+        },
+    })
+}
+
+/// Bytes for a message: whole MiB from 1 MiB up, else KiB (rounded up).
+fn size_text(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{} MiB", b.div_ceil(1 << 20))
+    } else {
+        format!("{} KiB", b.div_ceil(1 << 10))
+    }
+}
+
+impl<S: AsyncSource> HfModel<S> {
+    /// Parse the configs (an unsupported model fails here, before any weight file is opened), then
+    /// open the weight files through `open(file name)` and read their headers.
+    pub async fn open<F, Fut>(files: &HfFiles, open: F) -> Result<HfModel<S>>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = Result<S>>,
+    {
         let hf = HfConfig::from_json(&files.config)?;
         let cfg = ModelConfig::from_hf(&hf)?;
-        let st = SafetensorsModel::open(files.index.as_deref(), open)?;
         let generation = files.generation_config.as_deref().map(GenerationConfig::from_json).transpose()?;
         let tokenizer_config = files.tokenizer_config.as_deref().map(TokenizerConfig::from_json).transpose()?;
+        let st = SafetensorsModel::open_async(files.index.as_deref(), open).await?;
         Ok(HfModel { hf, cfg, st, generation, tokenizer_config })
     }
 
@@ -76,116 +158,342 @@ impl<S: ByteSource> HfModel<S> {
         self.st.get(name).is_some()
     }
 
-    fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
-        let (_, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
-        if t.shape.iter().product::<u64>() != n as u64 || t.shape.len() != 1 {
-            return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{n}]", t.shape)));
+    fn layer_spec(&self, i: usize) -> LayerSpec {
+        let c = &self.cfg;
+        let (qd, kvd, f) = (c.q_dim(), c.kv_dim(), c.ffn);
+        let n = |s: &str| format!("model.layers.{i}.{s}");
+        let qkv = if self.has(&n("self_attn.qkv_proj.weight")) {
+            vec![(n("self_attn.qkv_proj.weight"), qd + 2 * kvd)]
+        } else {
+            vec![
+                (n("self_attn.q_proj.weight"), qd),
+                (n("self_attn.k_proj.weight"), kvd),
+                (n("self_attn.v_proj.weight"), kvd),
+            ]
+        };
+        let qkv_bias = if c.qkv_bias {
+            vec![(n("self_attn.q_proj.bias"), qd), (n("self_attn.k_proj.bias"), kvd), (n("self_attn.v_proj.bias"), kvd)]
+        } else {
+            vec![]
+        };
+        let gate_up = if self.has(&n("mlp.gate_up_proj.weight")) {
+            vec![(n("mlp.gate_up_proj.weight"), 2 * f)]
+        } else {
+            vec![(n("mlp.gate_proj.weight"), f), (n("mlp.up_proj.weight"), f)]
+        };
+        // Llama-style files call the pre-FFN norm post_attention_layernorm; Gemma has both.
+        let (ffn_norm, post_attn_norm, post_ffn_norm) = if c.post_norms {
+            (
+                n("pre_feedforward_layernorm.weight"),
+                Some(n("post_attention_layernorm.weight")),
+                Some(n("post_feedforward_layernorm.weight")),
+            )
+        } else {
+            (n("post_attention_layernorm.weight"), None, None)
+        };
+        LayerSpec {
+            qkv,
+            qkv_bias,
+            q_norm: c.qk_norm.then(|| n("self_attn.q_norm.weight")),
+            k_norm: c.qk_norm.then(|| n("self_attn.k_norm.weight")),
+            o: n("self_attn.o_proj.weight"),
+            gate_up,
+            down: n("mlp.down_proj.weight"),
+            attn_norm: n("input_layernorm.weight"),
+            ffn_norm,
+            post_attn_norm,
+            post_ffn_norm,
         }
-        self.st.read_f32(name)
+    }
+
+    fn untied_head(&self) -> bool {
+        self.has("lm_head.weight") && !self.cfg.tied_embeddings
+    }
+
+    /// Every matrix as (GPU buffer name, parts as (tensor, rows), columns); parts of one buffer
+    /// are fused into it.
+    fn matrices(&self) -> Vec<MatrixSpec> {
+        let c = &self.cfg;
+        let mut out = vec![("embed".to_string(), vec![("model.embed_tokens.weight".to_string(), c.vocab)], c.hidden)];
+        for i in 0..c.n_layers {
+            let l = self.layer_spec(i);
+            out.push((format!("layer {i} qkv"), l.qkv, c.hidden));
+            out.push((format!("layer {i} o"), vec![(l.o, c.hidden)], c.q_dim()));
+            out.push((format!("layer {i} gate_up"), l.gate_up, c.hidden));
+            out.push((format!("layer {i} down"), vec![(l.down, c.hidden)], c.ffn));
+        }
+        if self.untied_head() {
+            out.push(("lm_head".to_string(), vec![("lm_head.weight".to_string(), c.vocab)], c.hidden));
+        }
+        out
+    }
+
+    /// Every vector as (tensor, length).
+    fn vectors(&self) -> Vec<(String, usize)> {
+        let c = &self.cfg;
+        let mut out = vec![("model.norm.weight".to_string(), c.hidden)];
+        for i in 0..c.n_layers {
+            let l = self.layer_spec(i);
+            out.extend(l.qkv_bias);
+            for n in [Some(l.attn_norm), Some(l.ffn_norm), l.post_attn_norm, l.post_ffn_norm] {
+                out.extend(n.map(|n| (n, c.hidden)));
+            }
+            for n in [l.q_norm, l.k_norm] {
+                out.extend(n.map(|n| (n, c.head_dim)));
+            }
+        }
+        out
+    }
+
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<&crate::weights::safetensors::StTensor> {
+        let (_, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
+        if t.shape.len() != shape.len() || t.shape.iter().zip(shape).any(|(&a, &b)| a != b as u64) {
+            return Err(Error::Model(format!("tensor {name} has shape {:?}, expected {shape:?}", t.shape)));
+        }
+        Ok(t)
+    }
+
+    /// Before any weight is read: every tensor the model needs is there with the shape the config
+    /// implies and a dtype we can use, and every GPU buffer (fused [q; k; v] and [gate; up]
+    /// included, as packed after `q`) fits the adapter's binding and buffer limits. Returns the
+    /// bytes the loader will read.
+    pub fn check_fits(&self, gpu: &Gpu, q: Quantize) -> Result<u64> {
+        let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
+        let mut read = 0u64;
+        for (buffer, parts, cols) in self.matrices() {
+            let mut layout = None;
+            let mut rows = 0;
+            for (name, r) in &parts {
+                let t = self.tensor(name, &[*r, cols])?;
+                let ty =
+                    packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
+                let l = Layout::for_type(ty).expect("F32, F16, BF16, Q8_0 and Q4_0 have layouts");
+                layout = Some(layout.map_or(l, |a| crate::weights::reshape::common_layout(a, l)));
+                rows += r;
+                read += t.n_bytes;
+            }
+            let bytes = layout.map_or(0, |l| l.words_for(rows * cols) as u64 * 4);
+            if bytes > limit {
+                return Err(Error::Limits(format!(
+                    "{buffer} ({}) needs {} in one GPU buffer binding; the adapter allows {} \
+                     (maxStorageBufferBindingSize){}",
+                    parts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" + "),
+                    size_text(bytes),
+                    size_text(limit),
+                    if q == Quantize::None { "; quantize: 'q8_0' or 'q4_0' makes it smaller" } else { "" }
+                )));
+            }
+        }
+        for (name, n) in self.vectors() {
+            let t = self.tensor(&name, &[n])?;
+            if matches!(t.dtype, StDtype::Other { .. }) {
+                return Err(Error::Unsupported(format!(
+                    "tensor {name} has dtype {} (F32, F16 and BF16 are supported)",
+                    t.dtype.name()
+                )));
+            }
+            read += t.n_bytes;
+        }
+        Ok(read)
+    }
+
+    async fn vector(&self, name: &str, n: usize, on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
+        self.tensor(name, &[n])?;
+        self.st.read_f32_async(name, on_read).await
+    }
+
+    /// Rows `r0..r0 + n` of a `rows` x `cols` matrix, packed as `ty`.
+    async fn rows(
+        &self,
+        name: &str,
+        (r0, n, cols): (usize, usize, usize),
+        ty: GgmlType,
+        on_read: &mut dyn FnMut(u64),
+    ) -> Result<Packed> {
+        let (src, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
+        let row_bytes = t.n_bytes / t.shape[0].max(1);
+        let raw =
+            SafetensorsModel::read_range(src, t.offset + r0 as u64 * row_bytes, n as u64 * row_bytes, on_read).await?;
+        if matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
+            let x = crate::weights::safetensors::to_f32(&t.dtype, &raw).expect("dtype checked");
+            pack::pack(ty, n, cols, &quant::quantize(ty, &x)?)
+        } else {
+            pack::pack(ty, n, cols, &raw)
+        }
     }
 
     /// A matrix of `rows` x `cols` ([out, in] in the file), packed as stored or quantized.
-    fn matrix(&self, name: &str, rows: usize, cols: usize, q: Quantize) -> Result<Packed> {
-        let (_, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
-        if t.shape != [rows as u64, cols as u64] {
-            return Err(Error::Model(format!("tensor {name} has shape {:?}, expected [{rows}, {cols}]", t.shape)));
-        }
-        let ty = match t.dtype {
-            StDtype::F32 => GgmlType::F32,
-            StDtype::F16 => GgmlType::F16,
-            StDtype::BF16 => GgmlType::BF16,
-            ref other => {
-                return Err(Error::Unsupported(format!(
-                    "tensor {name} has dtype {other:?} (F32, F16 and BF16 are supported)"
-                )))
-            }
-        };
-        let target = match q {
-            Quantize::Q8_0 if cols % 32 == 0 => Some(GgmlType::Q8_0),
-            Quantize::Q4_0 if cols % 32 == 0 => Some(GgmlType::Q4_0),
-            _ => None,
-        };
-        match target {
-            None => {
-                let raw = self.st.read_bytes(name)?;
-                pack::pack(ty, rows, cols, &raw)
-            }
-            Some(qt) => {
-                let x = self.st.read_f32(name)?;
-                pack::pack(qt, rows, cols, &quant::quantize(qt, &x)?)
-            }
-        }
+    async fn matrix(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        q: Quantize,
+        on_read: &mut dyn FnMut(u64),
+    ) -> Result<Packed> {
+        let t = self.tensor(name, &[rows, cols])?;
+        let ty = packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
+        self.rows(name, (0, rows, cols), ty, on_read).await
     }
 
-    /// Upload every weight (HF tensor names), quantizing matrices when asked.
-    pub fn load(&self, gpu: &Gpu, q: Quantize) -> Result<ModelWeights> {
-        let c = &self.cfg;
-        let (h, qd, kvd, f) = (c.hidden, c.q_dim(), c.kv_dim(), c.ffn);
-        let embed = GpuMatrix::upload(gpu, "embed", &self.matrix("model.embed_tokens.weight", c.vocab, h, q)?)?;
-        let mut layers = Vec::with_capacity(c.n_layers);
-        for i in 0..c.n_layers {
-            let n = |s: &str| format!("model.layers.{i}.{s}");
-            let qkv = if self.has(&n("self_attn.qkv_proj.weight")) {
-                vec![self.matrix(&n("self_attn.qkv_proj.weight"), qd + 2 * kvd, h, q)?]
-            } else {
-                vec![
-                    self.matrix(&n("self_attn.q_proj.weight"), qd, h, q)?,
-                    self.matrix(&n("self_attn.k_proj.weight"), kvd, h, q)?,
-                    self.matrix(&n("self_attn.v_proj.weight"), kvd, h, q)?,
-                ]
-            };
-            let qkv_bias = if c.qkv_bias {
-                let mut b = self.vector(&n("self_attn.q_proj.bias"), qd)?;
-                b.extend(self.vector(&n("self_attn.k_proj.bias"), kvd)?);
-                b.extend(self.vector(&n("self_attn.v_proj.bias"), kvd)?);
-                Some(b)
-            } else {
-                None
-            };
-            let gate_up = if self.has(&n("mlp.gate_up_proj.weight")) {
-                vec![self.matrix(&n("mlp.gate_up_proj.weight"), 2 * f, h, q)?]
-            } else {
-                vec![self.matrix(&n("mlp.gate_proj.weight"), f, h, q)?, self.matrix(&n("mlp.up_proj.weight"), f, h, q)?]
-            };
-            let qk = |s: &str| -> Result<Option<Vec<f32>>> {
-                if c.qk_norm {
-                    self.vector(&n(s), c.head_dim).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            // Llama-style files call the pre-FFN norm post_attention_layernorm; Gemma has both.
-            let (ffn_norm, post_attn_norm, post_ffn_norm) = if c.post_norms {
-                (
-                    self.vector(&n("pre_feedforward_layernorm.weight"), h)?,
-                    Some(self.vector(&n("post_attention_layernorm.weight"), h)?),
-                    Some(self.vector(&n("post_feedforward_layernorm.weight"), h)?),
-                )
-            } else {
-                (self.vector(&n("post_attention_layernorm.weight"), h)?, None, None)
-            };
-            let parts = LayerParts {
-                attn_norm: self.vector(&n("input_layernorm.weight"), h)?,
-                ffn_norm,
-                qkv,
-                qkv_bias,
-                q_norm: qk("self_attn.q_norm.weight")?,
-                k_norm: qk("self_attn.k_norm.weight")?,
-                o: self.matrix(&n("self_attn.o_proj.weight"), h, qd, q)?,
-                gate_up,
-                down: self.matrix(&n("mlp.down_proj.weight"), h, f, q)?,
-                post_attn_norm,
-                post_ffn_norm,
-            };
-            layers.push(parts.upload(gpu, c, &format!("layer {i}"))?);
-            gpu.check()?;
+    /// A large matrix (embedding, LM head) streamed to the GPU in row chunks of at most 16 MiB
+    /// of file bytes, never whole in memory.
+    async fn streamed(
+        &self,
+        gpu: &Gpu,
+        label: &str,
+        name: &str,
+        (rows, cols): (usize, usize),
+        q: Quantize,
+        on_read: &mut dyn FnMut(u64),
+    ) -> Result<GpuMatrix> {
+        let t = self.tensor(name, &[rows, cols])?;
+        let ty = packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
+        let layout = Layout::for_type(ty).expect("F32, F16, BF16, Q8_0 and Q4_0 have layouts");
+        let wpr = layout.words_for(cols) as u64;
+        // Half-precision rows of odd length share words across rows: pack those in one piece.
+        let whole = wpr * rows as u64 != layout.words_for(rows * cols) as u64;
+        let mpr = if layout.block() > 1 { 2 * (cols / layout.block()) as u64 } else { 0 };
+        let words_bytes = layout.words_for(rows * cols) as u64 * 4;
+        super::weights::check_binding(gpu, label, words_bytes)?;
+        let words = gpu.buffer(label, words_bytes)?;
+        let meta = gpu.buffer(&format!("{label}.meta"), mpr * rows as u64 * 4)?;
+        let row_bytes = (t.n_bytes / rows.max(1) as u64).max(1);
+        let chunk_rows = if whole { rows } else { (READ_CHUNK / row_bytes).max(1) as usize };
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = chunk_rows.min(rows - r0);
+            let p = self.rows(name, (r0, n, cols), ty, on_read).await?;
+            gpu.queue.write_buffer(&words, r0 as u64 * wpr * 4, p.words_bytes());
+            if mpr > 0 {
+                gpu.queue.write_buffer(&meta, r0 as u64 * mpr * 4, p.meta_bytes());
+            }
+            r0 += n;
         }
-        let out_norm = self.vector("model.norm.weight", h)?;
-        let lm_head = if self.has("lm_head.weight") && !c.tied_embeddings {
-            Some(GpuMatrix::upload(gpu, "lm_head", &self.matrix("lm_head.weight", c.vocab, h, q)?)?)
-        } else {
-            None
+        let bytes = (layout.words_for(rows * cols) as u64 + mpr * rows as u64) * 4;
+        Ok(GpuMatrix { words, meta, layout, rows, cols, bytes })
+    }
+
+    /// Where an item's first tensor lies: (shard, byte offset).
+    fn position(&self, item: Item) -> (usize, u64) {
+        let names: Vec<String> = match item {
+            Item::Embed => vec!["model.embed_tokens.weight".into()],
+            Item::Norm => vec!["model.norm.weight".into()],
+            Item::Head => vec!["lm_head.weight".into()],
+            Item::Layer(i) => {
+                let prefix = format!("model.layers.{i}.");
+                return self
+                    .st
+                    .shards
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(s, (_, _, f))| {
+                        f.tensors.iter().filter(|t| t.name.starts_with(&prefix)).map(move |t| (s, t.offset))
+                    })
+                    .min()
+                    .unwrap_or((usize::MAX, u64::MAX));
+            }
         };
+        names
+            .iter()
+            .filter_map(|n| Some((self.st.shard_of(n)?, self.st.get(n)?.2.offset)))
+            .min()
+            .unwrap_or((usize::MAX, u64::MAX))
+    }
+
+    /// One layer: its tensors read in file order (so a download moves forward and no chunk is
+    /// needed twice), then fused and uploaded.
+    async fn layer(&self, gpu: &Gpu, i: usize, q: Quantize, on_read: &mut dyn FnMut(u64)) -> Result<LayerWeights> {
+        let c = &self.cfg;
+        let h = c.hidden;
+        let l = self.layer_spec(i);
+        let mut jobs: Vec<(&str, Shape)> = Vec::new();
+        for (n, rows) in l.qkv.iter().chain(&l.gate_up) {
+            jobs.push((n, Shape::Matrix(*rows, h)));
+        }
+        jobs.push((&l.o, Shape::Matrix(h, c.q_dim())));
+        jobs.push((&l.down, Shape::Matrix(h, c.ffn)));
+        for (n, len) in &l.qkv_bias {
+            jobs.push((n, Shape::Vector(*len)));
+        }
+        for n in [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()] {
+            jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(h))));
+        }
+        for n in [l.q_norm.as_ref(), l.k_norm.as_ref()] {
+            jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(c.head_dim))));
+        }
+        jobs.sort_by_key(|(n, _)| (self.st.shard_of(n), self.st.get(n).map(|t| t.2.offset)));
+        let mut mats = std::collections::HashMap::new();
+        let mut vecs = std::collections::HashMap::new();
+        for (name, shape) in jobs {
+            match shape {
+                Shape::Matrix(rows, cols) => {
+                    mats.insert(name.to_string(), self.matrix(name, rows, cols, q, on_read).await?);
+                }
+                Shape::Vector(len) => {
+                    vecs.insert(name.to_string(), self.vector(name, len, on_read).await?);
+                }
+            }
+        }
+        let mut mat = |n: &str| mats.remove(n).expect("read above");
+        let mut vec = |n: &str| vecs.remove(n).expect("read above");
+        let parts = LayerParts {
+            attn_norm: vec(&l.attn_norm),
+            ffn_norm: vec(&l.ffn_norm),
+            qkv: l.qkv.iter().map(|(n, _)| mat(n)).collect(),
+            qkv_bias: (!l.qkv_bias.is_empty()).then(|| l.qkv_bias.iter().flat_map(|(n, _)| vec(n)).collect()),
+            q_norm: l.q_norm.as_deref().map(&mut vec),
+            k_norm: l.k_norm.as_deref().map(&mut vec),
+            o: mat(&l.o),
+            gate_up: l.gate_up.iter().map(|(n, _)| mat(n)).collect(),
+            down: mat(&l.down),
+            post_attn_norm: l.post_attn_norm.as_deref().map(&mut vec),
+            post_ffn_norm: l.post_ffn_norm.as_deref().map(&mut vec),
+        };
+        parts.upload(gpu, c, &format!("layer {i}"))
+    }
+
+    /// Upload every weight (HF tensor names), quantizing matrices when asked. The embedding, the
+    /// layers and the final norm/LM head are visited in the order they lie in the files, so a
+    /// download serving the reads moves forward. `on_progress(bytes read so far)`.
+    pub async fn load(&self, gpu: &Gpu, q: Quantize, on_progress: &mut dyn FnMut(u64)) -> Result<ModelWeights> {
+        let c = &self.cfg;
+        let h = c.hidden;
+        let mut done = 0u64;
+        let mut on_read = |n: u64| {
+            done += n;
+            on_progress(done);
+        };
+        let mut items: Vec<Item> = vec![Item::Embed, Item::Norm, Item::Head];
+        items.extend((0..c.n_layers).map(Item::Layer));
+        items.sort_by_key(|&it| self.position(it));
+        let mut embed = None;
+        let mut out_norm = None;
+        let mut lm_head = None;
+        let mut layers: Vec<Option<LayerWeights>> = (0..c.n_layers).map(|_| None).collect();
+        for item in items {
+            match item {
+                Item::Embed => {
+                    embed = Some(
+                        self.streamed(gpu, "embed", "model.embed_tokens.weight", (c.vocab, h), q, &mut on_read).await?,
+                    )
+                }
+                Item::Norm => out_norm = Some(self.vector("model.norm.weight", h, &mut on_read).await?),
+                Item::Head => {
+                    if self.untied_head() {
+                        lm_head =
+                            Some(self.streamed(gpu, "lm_head", "lm_head.weight", (c.vocab, h), q, &mut on_read).await?);
+                    }
+                }
+                Item::Layer(i) => {
+                    layers[i] = Some(self.layer(gpu, i, q, &mut on_read).await?);
+                    gpu.check()?;
+                }
+            }
+        }
+        let embed = embed.expect("visited");
+        let out_norm = out_norm.expect("visited");
+        let layers: Vec<LayerWeights> = layers.into_iter().flatten().collect();
         ModelWeights::new(gpu, c, embed, layers, &out_norm, lm_head)
     }
 }
@@ -208,6 +516,7 @@ pub fn read_dir_files(dir: &std::path::Path) -> Result<HfFiles> {
         generation_config: read("generation_config.json")?,
         tokenizer: read("tokenizer.json")?,
         tokenizer_config: read("tokenizer_config.json")?,
-        index: read("model.safetensors.index.json")?.map(String::into_bytes),
+        chat_template: read("chat_template.jinja")?,
+        index: read(crate::weights::safetensors::INDEX_FILE)?.map(String::into_bytes),
     })
 }

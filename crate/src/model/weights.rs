@@ -51,7 +51,7 @@ impl GpuMatrix {
     }
 }
 
-fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
+pub(crate) fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
     let limit = gpu.limits.max_storage_buffer_binding_size as u64;
     if bytes > limit {
         return Err(Error::Limits(format!(

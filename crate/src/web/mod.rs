@@ -9,6 +9,7 @@ mod hash;
 use crate::chat_template::ChatMessage;
 use crate::engine::{Engine, GenerateOptions, Generation, LoadOptions};
 use crate::error::{Error, Result};
+use crate::model::hf::{HfFiles, Quantize};
 use crate::sampler::SamplingParams;
 use crate::weights::source::{AsyncSource, ReadFuture};
 use std::cell::RefCell;
@@ -54,11 +55,7 @@ impl JsSource {
         let p = f
             .call2(&self.obj, &JsValue::from_f64(offset as f64), &JsValue::from_f64(len as f64))
             .map_err(|e| io(format!("{e:?}")))?;
-        let v = JsFuture::from(js_sys::Promise::resolve(&p)).await.map_err(|e| {
-            let msg =
-                e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"));
-            io(msg)
-        })?;
+        let v = JsFuture::from(js_sys::Promise::resolve(&p)).await.map_err(|e| io(js_message(&e)))?;
         let arr = js_sys::Uint8Array::new(&v);
         if arr.length() as usize != len {
             return Err(io(format!("read at byte {offset} returned {} bytes, expected {len}", arr.length())));
@@ -84,6 +81,36 @@ impl AsyncSource for JsSource {
 struct JsLoadOptions {
     context_length: Option<usize>,
     max_batch: Option<usize>,
+    /// "q8_0" | "q4_0" | "none": quantize safetensors weights at load (model folders only).
+    quantize: Option<String>,
+}
+
+impl JsLoadOptions {
+    fn load_options(&self) -> Result<LoadOptions> {
+        let quantize = match &self.quantize {
+            Some(q) => q.parse()?,
+            None => Quantize::None,
+        };
+        Ok(LoadOptions {
+            context_length: self.context_length,
+            max_batch: self.max_batch.unwrap_or(LoadOptions::default().max_batch),
+            quantize,
+        })
+    }
+}
+
+/// A JS error value's message (an `Error`'s message, else its debug form).
+fn js_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"))
+}
+
+fn progress_fn(on_progress: JsValue) -> impl FnMut(&str, u64, u64) {
+    let cb = on_progress.dyn_into::<js_sys::Function>().ok();
+    move |phase: &str, done: u64, total: u64| {
+        if let Some(f) = &cb {
+            let _ = f.call3(&JsValue::NULL, &phase.into(), &(done as f64).into(), &(total as f64).into());
+        }
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -140,18 +167,59 @@ pub struct WasmEngine {
 pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsValue) -> Result<WasmEngine, JsValue> {
     let src = JsSource::new(source).map_err(js_err)?;
     let o: JsLoadOptions = parse(&options_json, "load options").map_err(js_err)?;
-    let opts = LoadOptions {
-        context_length: o.context_length,
-        max_batch: o.max_batch.unwrap_or(LoadOptions::default().max_batch),
-        ..Default::default()
+    let opts = o.load_options().map_err(js_err)?;
+    if opts.quantize != Quantize::None {
+        return Err(js_err(Error::InvalidOption(
+            "quantize applies to Hugging Face (safetensors) model folders; GGUF files are already quantized".into(),
+        )));
+    }
+    let mut progress = progress_fn(on_progress);
+    let engine = Engine::load(&src, &opts, &mut progress).await.map_err(js_err)?;
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None })) })
+}
+
+/// Load a Hugging Face model folder onto the browser's WebGPU device, through the same loader as
+/// the native CLI. `files`: the text files as strings (`config` required; `generationConfig`,
+/// `tokenizer`, `tokenizerConfig`, `chatTemplate`, `index` may be null), and `name` (the folder's
+/// URL). `open(fileName)` resolves to a byte source `{size, name, read}` for `model.safetensors`
+/// or for each shard the index names (names are checked to be plain file names first).
+#[wasm_bindgen(js_name = loadHfEngine)]
+pub async fn load_hf_engine(
+    files: JsValue,
+    open: JsValue,
+    options_json: String,
+    on_progress: JsValue,
+) -> Result<WasmEngine, JsValue> {
+    let text = |k: &str| -> Option<String> {
+        js_sys::Reflect::get(&files, &JsValue::from_str(k)).ok().and_then(|v| v.as_string())
     };
-    let cb = on_progress.dyn_into::<js_sys::Function>().ok();
-    let mut progress = |phase: &str, done: u64, total: u64| {
-        if let Some(f) = &cb {
-            let _ = f.call3(&JsValue::NULL, &phase.into(), &(done as f64).into(), &(total as f64).into());
+    let config = text("config")
+        .ok_or_else(|| js_err(Error::Model("no config.json (not a Hugging Face model folder)".into())))?;
+    let files_rs = HfFiles {
+        config,
+        generation_config: text("generationConfig"),
+        tokenizer: text("tokenizer"),
+        tokenizer_config: text("tokenizerConfig"),
+        chat_template: text("chatTemplate"),
+        index: text("index").map(String::into_bytes),
+    };
+    let name = text("name").unwrap_or_else(|| "model folder".into());
+    let open_fn = open
+        .dyn_into::<js_sys::Function>()
+        .map_err(|_| js_err(Error::InvalidOption("open must be a function (file name) -> source".into())))?;
+    let o: JsLoadOptions = parse(&options_json, "load options").map_err(js_err)?;
+    let opts = o.load_options().map_err(js_err)?;
+    let open = |file: String| {
+        let f = open_fn.clone();
+        async move {
+            let io = |m: String| Error::io(file.clone(), std::io::Error::other(m));
+            let p = f.call1(&JsValue::NULL, &JsValue::from_str(&file)).map_err(|e| io(js_message(&e)))?;
+            let v = JsFuture::from(js_sys::Promise::resolve(&p)).await.map_err(|e| io(js_message(&e)))?;
+            JsSource::new(v)
         }
     };
-    let engine = Engine::load(&src, &opts, &mut progress).await.map_err(js_err)?;
+    let mut progress = progress_fn(on_progress);
+    let engine = Engine::load_hf(&files_rs, open, name, &opts, &mut progress).await.map_err(js_err)?;
     Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None })) })
 }
 

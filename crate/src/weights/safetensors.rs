@@ -9,7 +9,7 @@
 //! tree first. Tensors of dtypes the engine cannot use are recorded as `Other`; the loader decides
 //! whether a model needs them.
 
-use super::source::ByteSource;
+use super::source::{AsyncSource, ByteSource};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::collections::HashMap;
 
@@ -233,20 +233,65 @@ fn u64_list(j: &Json) -> Option<Vec<u64>> {
     }
 }
 
+fn io_err(name: &str, offset: u64, e: crate::Error) -> SafetensorsError {
+    SafetensorsError::Io { name: name.to_string(), offset, msg: e.to_string() }
+}
+
+/// Little-endian F32/F16/BF16 values widened to f32 (exactly); `None` for other dtypes.
+pub fn to_f32(dtype: &StDtype, b: &[u8]) -> Option<Vec<f32>> {
+    Some(match dtype {
+        StDtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+        StDtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        StDtype::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        StDtype::Other { .. } => return None,
+    })
+}
+
 impl SafetensorsFile {
     /// Read and validate the header against the source's length. Tensor data is not read.
     pub fn read(src: &dyn ByteSource) -> Result<Self, SafetensorsError> {
-        let name = src.name();
-        let len = src.len();
-        let io = |offset: u64, e: crate::Error| SafetensorsError::Io { name: name.clone(), offset, msg: e.to_string() };
+        let (name, len) = (src.name(), src.len());
+        Self::check_len(&name, len)?;
+        let mut n8 = [0u8; 8];
+        src.read_at(0, &mut n8).map_err(|e| io_err(&name, 0, e))?;
+        let header_len = Self::header_len(&name, len, n8)?;
+        let mut header = vec![0u8; header_len as usize];
+        src.read_at(8, &mut header).map_err(|e| io_err(&name, 8, e))?;
+        Self::from_header(name, len, header_len, &header)
+    }
+
+    /// `read` through an asynchronous source (a download in the browser): two reads, the length
+    /// and then the header, with the same validation.
+    pub async fn read_async(src: &dyn AsyncSource) -> Result<Self, SafetensorsError> {
+        let (name, len) = (src.source_name(), src.total_len());
+        Self::check_len(&name, len)?;
+        let n8 = src.read(0, 8).await.map_err(|e| io_err(&name, 0, e))?;
+        let n8: [u8; 8] = n8.as_slice().try_into().map_err(|_| SafetensorsError::Io {
+            name: name.clone(),
+            offset: 0,
+            msg: format!("read of 8 bytes returned {}", n8.len()),
+        })?;
+        let header_len = Self::header_len(&name, len, n8)?;
+        let header = src.read(8, header_len as usize).await.map_err(|e| io_err(&name, 8, e))?;
+        if header.len() as u64 != header_len {
+            let msg = format!("read of {header_len} header bytes returned {}", header.len());
+            return Err(SafetensorsError::Io { name, offset: 8, msg });
+        }
+        Self::from_header(name, len, header_len, &header)
+    }
+
+    fn check_len(name: &str, len: u64) -> Result<(), SafetensorsError> {
         if len == 0 {
-            return Err(SafetensorsError::Empty { name });
+            return Err(SafetensorsError::Empty { name: name.to_string() });
         }
         if len < 8 {
-            return Err(SafetensorsError::TooShort { name, len });
+            return Err(SafetensorsError::TooShort { name: name.to_string(), len });
         }
-        let mut n8 = [0u8; 8];
-        src.read_at(0, &mut n8).map_err(|e| io(0, e))?;
+        Ok(())
+    }
+
+    /// The header length from the first 8 bytes, checked against the format's limit and the file.
+    fn header_len(name: &str, len: u64, n8: [u8; 8]) -> Result<u64, SafetensorsError> {
         let header_len = u64::from_le_bytes(n8);
         let bad_len = |limit: u64, why: &'static str| {
             // A page or JSON document read as a shard gives a huge "length" made of ASCII.
@@ -258,7 +303,7 @@ impl SafetensorsFile {
             } else {
                 ""
             };
-            SafetensorsError::BadHeaderLength { name: name.clone(), header_len, limit, why, hint }
+            SafetensorsError::BadHeaderLength { name: name.to_string(), header_len, limit, why, hint }
         };
         if header_len > MAX_HEADER {
             return Err(bad_len(MAX_HEADER, "the format's limit"));
@@ -266,9 +311,11 @@ impl SafetensorsFile {
         if header_len > len - 8 {
             return Err(bad_len(len - 8, "the bytes after the length"));
         }
-        let mut header = vec![0u8; header_len as usize];
-        src.read_at(8, &mut header).map_err(|e| io(8, e))?;
-        let entries = parse_json(&name, &header)?;
+        Ok(header_len)
+    }
+
+    fn from_header(name: String, len: u64, header_len: u64, header: &[u8]) -> Result<Self, SafetensorsError> {
+        let entries = parse_json(&name, header)?;
         if let Some(k) = find_duplicate(&entries) {
             return Err(SafetensorsError::DuplicateKey { name, key: k.to_string(), place: "the header".into() });
         }
@@ -413,21 +460,19 @@ impl SafetensorsFile {
 
     /// The tensor as f32; F16 and BF16 widen exactly.
     pub fn read_tensor_f32(&self, src: &dyn ByteSource, t: &StTensor) -> crate::Result<Vec<f32>> {
-        let unsupported = || SafetensorsError::UnsupportedDtype {
+        if matches!(t.dtype, StDtype::Other { .. }) {
+            return Err(self.unsupported(t).into());
+        }
+        let b = self.read_tensor_bytes(src, t)?;
+        Ok(to_f32(&t.dtype, &b).expect("dtype checked above"))
+    }
+
+    fn unsupported(&self, t: &StTensor) -> SafetensorsError {
+        SafetensorsError::UnsupportedDtype {
             name: self.name.clone(),
             tensor: t.name.clone(),
             dtype: t.dtype.name().to_string(),
-        };
-        if matches!(t.dtype, StDtype::Other { .. }) {
-            return Err(unsupported().into());
         }
-        let b = self.read_tensor_bytes(src, t)?;
-        Ok(match t.dtype {
-            StDtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
-            StDtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            StDtype::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            StDtype::Other { .. } => unreachable!(),
-        })
     }
 }
 
@@ -503,38 +548,45 @@ pub struct SafetensorsModel<S> {
     where_: HashMap<String, (usize, usize)>,
 }
 
-impl<S: ByteSource> SafetensorsModel<S> {
-    /// `index`: the contents of `model.safetensors.index.json` if the model has one (else the single
-    /// `model.safetensors` is opened). `open` fetches a file by its plain name — a path natively, a
-    /// URL or cache entry in the browser.
-    pub fn open(index: Option<&[u8]>, mut open: impl FnMut(&str) -> crate::Result<S>) -> crate::Result<Self> {
-        let index = index.map(|j| ShardIndex::parse_named(INDEX_FILE, j)).transpose()?;
-        let names: Vec<String> = match &index {
-            Some(ix) => ix.shards().into_iter().map(String::from).collect(),
-            None => vec![SINGLE_FILE.to_string()],
-        };
-        let mut shards: Vec<(String, S, SafetensorsFile)> = Vec::with_capacity(names.len());
-        let mut where_: HashMap<String, (usize, usize)> = HashMap::new();
-        for (si, file) in names.into_iter().enumerate() {
-            let src = open(&file)?;
-            let st = SafetensorsFile::read(&src)?;
-            for (ti, t) in st.tensors.iter().enumerate() {
-                if let Some(&(other, _)) = where_.get(&t.name) {
-                    let (a, b) = (shards[other].0.clone(), file.clone());
-                    return Err(SafetensorsError::TensorInTwoShards { tensor: t.name.clone(), a, b }.into());
-                }
-                where_.insert(t.name.clone(), (si, ti));
+/// The files a model's weights live in: the index's shards in first-mention order (each name
+/// checked to be a plain file name), or the single `model.safetensors`.
+pub fn weight_files(index: Option<&[u8]>) -> crate::Result<(Option<ShardIndex>, Vec<String>)> {
+    let index = index.map(|j| ShardIndex::parse_named(INDEX_FILE, j)).transpose()?;
+    let names = match &index {
+        Some(ix) => ix.shards().into_iter().map(String::from).collect(),
+        None => vec![SINGLE_FILE.to_string()],
+    };
+    Ok((index, names))
+}
+
+impl<S> SafetensorsModel<S> {
+    fn empty(n: usize) -> Self {
+        SafetensorsModel { shards: Vec::with_capacity(n), where_: HashMap::new() }
+    }
+
+    fn add(&mut self, file: String, src: S, st: SafetensorsFile) -> crate::Result<()> {
+        let si = self.shards.len();
+        for (ti, t) in st.tensors.iter().enumerate() {
+            if let Some(&(other, _)) = self.where_.get(&t.name) {
+                let (a, b) = (self.shards[other].0.clone(), file.clone());
+                return Err(SafetensorsError::TensorInTwoShards { tensor: t.name.clone(), a, b }.into());
             }
-            shards.push((file, src, st));
+            self.where_.insert(t.name.clone(), (si, ti));
         }
+        self.shards.push((file, src, st));
+        Ok(())
+    }
+
+    /// Every tensor the index names must be in the shard it names.
+    fn check_index(&self, index: Option<&ShardIndex>) -> crate::Result<()> {
         for (tensor, file) in index.iter().flat_map(|ix| ix.weight_map.iter()) {
-            let found = where_.get(tensor).map(|&(s, _)| shards[s].0 == *file).unwrap_or(false);
+            let found = self.where_.get(tensor).map(|&(s, _)| self.shards[s].0 == *file).unwrap_or(false);
             if !found {
                 let (name, tensor, shard) = (INDEX_FILE.to_string(), tensor.clone(), file.clone());
                 return Err(SafetensorsError::MissingTensor { name, tensor, shard }.into());
             }
         }
-        Ok(SafetensorsModel { shards, where_ })
+        Ok(())
     }
 
     /// Source, header and tensor for `name`.
@@ -544,18 +596,109 @@ impl<S: ByteSource> SafetensorsModel<S> {
         Some((src, st, &st.tensors[t]))
     }
 
-    pub fn read_f32(&self, name: &str) -> crate::Result<Vec<f32>> {
-        let (src, st, t) = self.get(name).ok_or_else(|| crate::Error::Model(format!("tensor {name:?} not found")))?;
-        st.read_tensor_f32(src, t)
-    }
-
-    pub fn read_bytes(&self, name: &str) -> crate::Result<Vec<u8>> {
-        let (src, st, t) = self.get(name).ok_or_else(|| crate::Error::Model(format!("tensor {name:?} not found")))?;
-        st.read_tensor_bytes(src, t)
+    /// Which shard (in open order) holds `name`.
+    pub fn shard_of(&self, name: &str) -> Option<usize> {
+        self.where_.get(name).map(|&(s, _)| s)
     }
 
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
         self.shards.iter().flat_map(|(_, _, st)| st.tensors.iter().map(|t| t.name.as_str()))
+    }
+
+    fn lookup(&self, name: &str) -> crate::Result<(&S, &SafetensorsFile, &StTensor)> {
+        self.get(name).ok_or_else(|| crate::Error::Model(format!("tensor {name:?} not found")))
+    }
+}
+
+impl<S: ByteSource> SafetensorsModel<S> {
+    /// `index`: the contents of `model.safetensors.index.json` if the model has one (else the single
+    /// `model.safetensors` is opened). `open` fetches a file by its plain name — a path natively, a
+    /// URL or cache entry in the browser.
+    pub fn open(index: Option<&[u8]>, mut open: impl FnMut(&str) -> crate::Result<S>) -> crate::Result<Self> {
+        let (index, names) = weight_files(index)?;
+        let mut m = Self::empty(names.len());
+        for file in names {
+            let src = open(&file)?;
+            let st = SafetensorsFile::read(&src)?;
+            m.add(file, src, st)?;
+        }
+        m.check_index(index.as_ref())?;
+        Ok(m)
+    }
+
+    pub fn read_f32(&self, name: &str) -> crate::Result<Vec<f32>> {
+        let (src, st, t) = self.lookup(name)?;
+        st.read_tensor_f32(src, t)
+    }
+
+    pub fn read_bytes(&self, name: &str) -> crate::Result<Vec<u8>> {
+        let (src, st, t) = self.lookup(name)?;
+        st.read_tensor_bytes(src, t)
+    }
+}
+
+/// Largest single read the asynchronous readers make (a download chunk in the browser).
+pub const READ_CHUNK: u64 = 16 << 20;
+
+impl<S: AsyncSource> SafetensorsModel<S> {
+    /// `open` through asynchronous sources: `open(name)` yields the source of a shard (natively a
+    /// file, in the browser a cached download). Shards are opened one after the other, and each
+    /// header is read as soon as its shard is open.
+    pub async fn open_async<F, Fut>(index: Option<&[u8]>, mut open: F) -> crate::Result<Self>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = crate::Result<S>>,
+    {
+        let (index, names) = weight_files(index)?;
+        let mut m = Self::empty(names.len());
+        for file in names {
+            let src = open(file.clone()).await?;
+            let st = SafetensorsFile::read_async(&src).await?;
+            m.add(file, src, st)?;
+        }
+        m.check_index(index.as_ref())?;
+        Ok(m)
+    }
+
+    /// Bytes `offset..offset + len` of `src`, read in pieces of at most `READ_CHUNK`;
+    /// `on_read(n)` after each piece.
+    pub async fn read_range(src: &S, offset: u64, len: u64, on_read: &mut dyn FnMut(u64)) -> crate::Result<Vec<u8>> {
+        let n = usize::try_from(len)
+            .map_err(|_| crate::Error::Model(format!("{}: a read of {len} bytes is too large", src.source_name())))?;
+        let mut out = Vec::with_capacity(n);
+        let mut at = 0u64;
+        while at < len {
+            let piece = (len - at).min(READ_CHUNK);
+            let b = src.read(offset + at, piece as usize).await?;
+            if b.len() as u64 != piece {
+                return Err(crate::Error::Model(format!(
+                    "{}: short read at byte {}: {} of {piece} bytes",
+                    src.source_name(),
+                    offset + at,
+                    b.len()
+                )));
+            }
+            out.extend_from_slice(&b);
+            at += piece;
+            on_read(piece);
+        }
+        Ok(out)
+    }
+
+    /// The raw bytes of tensor `name`.
+    pub async fn read_bytes_async(&self, name: &str, on_read: &mut dyn FnMut(u64)) -> crate::Result<Vec<u8>> {
+        let (src, _, t) = self.lookup(name)?;
+        Self::read_range(src, t.offset, t.n_bytes, on_read).await
+    }
+
+    /// Tensor `name` as f32 (F16 and BF16 widen exactly).
+    pub async fn read_f32_async(&self, name: &str, on_read: &mut dyn FnMut(u64)) -> crate::Result<Vec<f32>> {
+        let (src, st, t) = self.lookup(name)?;
+        if matches!(t.dtype, StDtype::Other { .. }) {
+            return Err(st.unsupported(t).into());
+        }
+        let b = Self::read_range(src, t.offset, t.n_bytes, on_read).await?;
+        Ok(to_f32(&t.dtype, &b).expect("dtype checked above"))
     }
 }
 
