@@ -31,26 +31,24 @@ const WG: u32 = 128u;  // invocations: one key each while scoring, (word, key gr
 
 var<workgroup> q_sh: array<vec4<f32>, 64>;
 var<workgroup> p_sh: array<f32, 64>;
-var<workgroup> r_sh: array<f32, 128>;
 var<workgroup> acc_sh: array<vec2<f32>, 128>;
 
-// Tree reduction over the workgroup; `max_op` picks max, else sum.
-fn reduce_wg(v: f32, tid: u32, max_op: bool) -> f32 {
-    r_sh[tid] = v;
+var<workgroup> m_sh: array<vec2<f32>, 128>;
+
+// (max, sum of e^(s - max)) over the workgroup in one tree: pairs merge as in online softmax.
+fn softmax_stats(s: f32, live: bool, tid: u32) -> vec2<f32> {
+    m_sh[tid] = vec2<f32>(s, select(0.0, 1.0, live));
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (tid < s) {
-            if (max_op) {
-                r_sh[tid] = max(r_sh[tid], r_sh[tid + s]);
-            } else {
-                r_sh[tid] += r_sh[tid + s];
-            }
+    for (var k = WG / 2u; k > 0u; k >>= 1u) {
+        if (tid < k) {
+            let a = m_sh[tid];
+            let b = m_sh[tid + k];
+            let m = max(a.x, b.x);
+            m_sh[tid] = vec2<f32>(m, a.y * exp(a.x - m) + b.y * exp(b.x - m));
         }
         workgroupBarrier();
     }
-    let r = r_sh[0];
-    workgroupBarrier();
-    return r;
+    return m_sh[0];
 }
 
 fn kdot(kw: vec4<u32>, i: u32) -> f32 {
@@ -58,8 +56,33 @@ fn kdot(kw: vec4<u32>, i: u32) -> f32 {
            dot(q_sh[2u * i + 1u], vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w)));
 }
 
+fn vraw(base: u32, pos: u32, w: u32) -> u32 {
+    return v_cache[base + (pos % CAP) * (HD / 2u) + w];
+}
+
 fn vload(base: u32, pos: u32, w: u32) -> vec2<f32> {
-    return unpack2x16float(v_cache[base + (pos % CAP) * (HD / 2u) + w]);
+    return unpack2x16float(vraw(base, pos, w));
+}
+
+// The value words of keys i0 + n * kg, n = 0..3 (0 past the split).
+fn vraw4(base: u32, c0: u32, i0: u32, kg: u32, w: u32) -> vec4<u32> {
+    var r = vec4<u32>(0u);
+    for (var n = 0u; n < 4u; n++) {
+        if (i0 + n * kg < CH) {
+            r[n] = vraw(base, c0 + i0 + n * kg, w);
+        }
+    }
+    return r;
+}
+
+fn pv4(i0: u32, kg: u32, v: vec4<u32>) -> vec2<f32> {
+    var acc = vec2<f32>(0.0);
+    for (var n = 0u; n < 4u; n++) {
+        if (i0 + n * kg < CH) {
+            acc += pv(i0 + n * kg, unpack2x16float(v[n]));
+        }
+    }
+    return acc;
 }
 
 // p_i * v, with positions outside the window (p = 0) contributing exactly nothing even when
@@ -82,23 +105,52 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let c0 = split * CH;
     let words = HD / 2u;
     let slot = (h * ((CTX + CH - 1u) / CH) + split) * (HD + 2u);
-    // One key per invocation (the upper half of the workgroup idles while scoring). Its first
-    // four 16-byte pieces are requested before q is staged, so the two round trips overlap, and
-    // the rest four at a time: a loop that consumes each load right away waits one memory
-    // latency per iteration (that made this kernel ~13 us at 640 keys).
+    // Every load that needs neither q nor the softmax is requested first, so their round trips
+    // overlap instead of adding up (a loop that consumes each load right away waits one memory
+    // latency per iteration: that made this kernel ~13 us at 640 keys). Keys: one per invocation
+    // (the upper half of the workgroup idles while scoring), its first 8 16-byte pieces early.
     let j = c0 + tid;
     let live = tid < CH && j >= start && j < end;
     let kb = (kvh * CAP + j % CAP) * (words / 4u);
-    let early = words / 4u >= 4u;
+    let n4 = words / 4u;
     var k0 = vec4<u32>(0u);
     var k1 = vec4<u32>(0u);
     var k2 = vec4<u32>(0u);
     var k3 = vec4<u32>(0u);
-    if (live && early) {
+    var k4 = vec4<u32>(0u);
+    var k5 = vec4<u32>(0u);
+    var k6 = vec4<u32>(0u);
+    var k7 = vec4<u32>(0u);
+    if (live && n4 >= 4u) {
         k0 = k_cache[kb];
         k1 = k_cache[kb + 1u];
         k2 = k_cache[kb + 2u];
         k3 = k_cache[kb + 3u];
+    }
+    if (live && n4 >= 8u) {
+        k4 = k_cache[kb + 4u];
+        k5 = k_cache[kb + 5u];
+        k6 = k_cache[kb + 6u];
+        k7 = k_cache[kb + 7u];
+    }
+    // Values: invocation (w, g) sums value word w over keys g, g + kg, ...; the first 16 early.
+    // HD <= 256 gives at most 128 words: one pass covers every word (no loop around barriers:
+    // WGSL requires them in uniform control flow, and browsers enforce it).
+    let v_base = (NKV + kvh) * CAP * words;
+    let lanes = words;
+    let kg = WG / lanes;
+    let g = tid / lanes;
+    let w = tid % lanes;
+    let vlive = g < kg;
+    var va = vec4<u32>(0u);
+    var vb = vec4<u32>(0u);
+    var vc = vec4<u32>(0u);
+    var vd = vec4<u32>(0u);
+    if (vlive) {
+        va = vraw4(v_base, c0, g, kg, w);
+        vb = vraw4(v_base, c0, g + 4u * kg, kg, w);
+        vc = vraw4(v_base, c0, g + 8u * kg, kg, w);
+        vd = vraw4(v_base, c0, g + 12u * kg, kg, w);
     }
     if (tid < HD / 4u) {
         let i = h * HD + 4u * tid;
@@ -110,18 +162,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (live) {
         var d = 0.0;
         var i = 0u;
-        if (early) {
+        if (n4 >= 4u) {
             d = kdot(k0, 0u) + kdot(k1, 1u) + kdot(k2, 2u) + kdot(k3, 3u);
             i = 4u;
         }
-        for (; i + 4u <= words / 4u; i += 4u) {
+        if (n4 >= 8u) {
+            d += kdot(k4, 4u) + kdot(k5, 5u) + kdot(k6, 6u) + kdot(k7, 7u);
+            i = 8u;
+        }
+        for (; i + 4u <= n4; i += 4u) {
             let a0 = k_cache[kb + i];
             let a1 = k_cache[kb + i + 1u];
             let a2 = k_cache[kb + i + 2u];
             let a3 = k_cache[kb + i + 3u];
             d += kdot(a0, i) + kdot(a1, i + 1u) + kdot(a2, i + 2u) + kdot(a3, i + 3u);
         }
-        for (; i < words / 4u; i++) {
+        for (; i < n4; i++) {
             d += kdot(k_cache[kb + i], i);
         }
         if (SOFTCAP > 0.0) {
@@ -129,41 +185,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
         s = d;
     }
-    let m = reduce_wg(s, tid, true);
+    let ml = softmax_stats(s, live, tid);
+    let m = ml.x;
     var p = 0.0;
-    if (s > -1.0e38) {
+    if (live) {
         p = exp(s - m);
     }
     if (tid < CH) {
         p_sh[tid] = p;
     }
-    let l = reduce_wg(p, tid, false);   // its barriers also publish p_sh
+    workgroupBarrier();
 
-    // Weighted V: invocation (w, g) sums value word w over keys g, g + kg, ... with a fixed trip
-    // count (positions past `end` have p = 0) so the compiler can unroll and overlap the loads.
-    let v_base = (NKV + kvh) * CAP * words;
-    // HD <= 256 gives at most 128 words: one pass covers every word. No loop around the barrier
-    // below: WGSL requires barriers in uniform control flow (browsers reject the shader).
-    let lanes = words;
-    let kg = WG / lanes;
-    let g = tid / lanes;
-    let w = tid % lanes;
+    // Weighted V: positions past `end` have p = 0; later keys (small HD) four at a time.
     var acc = vec2<f32>(0.0);
-    var i = g;
-    for (; i + 7u * kg < CH; i += 8u * kg) {
-        let v0 = vload(v_base, c0 + i, w);
-        let v1 = vload(v_base, c0 + i + kg, w);
-        let v2 = vload(v_base, c0 + i + 2u * kg, w);
-        let v3 = vload(v_base, c0 + i + 3u * kg, w);
-        let v4 = vload(v_base, c0 + i + 4u * kg, w);
-        let v5 = vload(v_base, c0 + i + 5u * kg, w);
-        let v6 = vload(v_base, c0 + i + 6u * kg, w);
-        let v7 = vload(v_base, c0 + i + 7u * kg, w);
-        acc += pv(i, v0) + pv(i + kg, v1) + pv(i + 2u * kg, v2) + pv(i + 3u * kg, v3) + pv(i + 4u * kg, v4) +
-               pv(i + 5u * kg, v5) + pv(i + 6u * kg, v6) + pv(i + 7u * kg, v7);
-    }
-    for (; i < CH; i += kg) {
-        acc += pv(i, vload(v_base, c0 + i, w));
+    if (vlive) {
+        acc = pv4(g, kg, va) + pv4(g + 4u * kg, kg, vb) + pv4(g + 8u * kg, kg, vc) + pv4(g + 12u * kg, kg, vd);
+        for (var i = g + 16u * kg; i < CH; i += 4u * kg) {
+            acc += pv4(i, kg, vraw4(v_base, c0, i, kg, w));
+        }
     }
     acc_sh[tid] = acc;
     workgroupBarrier();
@@ -177,6 +216,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     if (tid == 0u) {
         part[slot + HD] = m;
-        part[slot + HD + 1u] = l;
+        part[slot + HD + 1u] = ml.y;
     }
 }

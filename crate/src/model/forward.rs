@@ -331,19 +331,13 @@ impl Builder<'_> {
     /// there are enough workgroups to spread over the GPU and keep loads in flight.
     fn mv_shape(&self, blocks: usize, k: usize, block: usize) -> (usize, usize) {
         let chunks = k / if block > 1 { 32 } else { 8 };
-        let (mut wg, mut slices) = (256, 1);
+        let wg = 256;
         if let Some(s) = self.mv_force_s {
-            return (env_usize("FERROLM_MV_WG").unwrap_or(wg), s);
+            return (wg, s);
         }
-        while blocks * slices / (wg / 32) < self.mv_target {
-            if slices < 8 && chunks >= 64 * slices {
-                slices *= 2;
-            } else if wg > 64 {
-                // Short rows: fewer row blocks per workgroup instead.
-                wg /= 2;
-            } else {
-                break;
-            }
+        let mut slices = 1;
+        while slices < 8 && blocks * slices / (wg / 32) < self.mv_target && chunks >= 64 * slices {
+            slices *= 2;
         }
         (wg, slices)
     }
@@ -412,7 +406,7 @@ pub fn build(
     batched: bool,
 ) -> Result<Program> {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
-    let mv_target = env("FERROLM_MV_TARGET").unwrap_or(256);
+    let mv_target = env("FERROLM_MV_TARGET").unwrap_or(96);
     let mv_force_s = env("FERROLM_MV_S").filter(|s| [1, 2, 4, 8].contains(s));
     let mut p = Builder { mv_target, mv_force_s, gpu, cfg, ops: Vec::new(), step: &bf.step };
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);

@@ -353,7 +353,9 @@ impl<S: AsyncSource> HfModel<S> {
         let wpr = layout.words_for(cols) as u64;
         // Half-precision rows of odd length share words across rows: pack those in one piece.
         let whole = wpr * rows as u64 != layout.words_for(rows * cols) as u64;
-        let mpr = if layout.block() > 1 { 2 * (cols / layout.block()) as u64 } else { 0 };
+        // Quantizing at load gives Q8_0 / Q4_0, whose f16 block scales make f16 metadata exact.
+        let meta16 = layout.block() > 1;
+        let mpr = if meta16 { (cols / layout.block()) as u64 } else { 0 };
         let words_bytes = layout.words_for(rows * cols) as u64 * 4;
         super::weights::check_binding(gpu, label, words_bytes)?;
         let words = gpu.buffer(label, words_bytes)?;
@@ -365,13 +367,16 @@ impl<S: AsyncSource> HfModel<S> {
             let n = chunk_rows.min(rows - r0);
             let p = self.rows(name, (r0, n, cols), ty, on_read).await?;
             gpu.queue.write_buffer(&words, r0 as u64 * wpr * 4, p.words_bytes());
-            if mpr > 0 {
-                gpu.queue.write_buffer(&meta, r0 as u64 * mpr * 4, p.meta_bytes());
+            if meta16 {
+                let m = p.meta_f16().ok_or_else(|| {
+                    Error::Unsupported(format!("tensor {name}: a block scale is beyond the f16 range"))
+                })?;
+                gpu.queue.write_buffer(&meta, r0 as u64 * mpr * 4, bytemuck::cast_slice(&m));
             }
             r0 += n;
         }
         let bytes = (layout.words_for(rows * cols) as u64 + mpr * rows as u64) * 4;
-        Ok(GpuMatrix { words, meta, layout, rows, cols, bytes })
+        Ok(GpuMatrix { words, meta, layout, meta16, rows, cols, bytes })
     }
 
     /// Where an item's first tensor lies: (shard, byte offset).
