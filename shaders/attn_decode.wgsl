@@ -64,31 +64,36 @@ fn vload(base: u32, pos: u32, w: u32) -> vec2<f32> {
     return unpack2x16float(vraw(base, pos, w));
 }
 
-// The value words of keys i0 + n * kg, n = 0..3 (0 past the split).
-fn vraw4(base: u32, c0: u32, i0: u32, kg: u32, w: u32) -> vec4<u32> {
-    var r = vec4<u32>(0u);
-    for (var n = 0u; n < 4u; n++) {
-        if (i0 + n * kg < CH) {
-            r[n] = vraw(base, c0 + i0 + n * kg, w);
-        }
-    }
-    return r;
-}
-
-fn pv4(i0: u32, kg: u32, v: vec4<u32>) -> vec2<f32> {
-    var acc = vec2<f32>(0.0);
-    for (var n = 0u; n < 4u; n++) {
-        if (i0 + n * kg < CH) {
-            acc += pv(i0 + n * kg, unpack2x16float(v[n]));
-        }
-    }
-    return acc;
-}
-
 // p_i * v, with positions outside the window (p = 0) contributing exactly nothing even when
 // their stale cache slot holds inf or NaN.
 fn pv(i: u32, v: vec2<f32>) -> vec2<f32> {
     return p_sh[i] * select(vec2<f32>(0.0), v, p_sh[i] != 0.0);
+}
+
+// The value word of key i of the split (0 past it).
+fn vr(base: u32, c0: u32, i: u32, w: u32) -> u32 {
+    if (i < CH) {
+        return vraw(base, c0 + i, w);
+    }
+    return 0u;
+}
+
+// The value words of keys i0 + n * kg, n = 0..3 (spelled out: a vector indexed in a loop may
+// be placed in slow local memory).
+fn vraw4(base: u32, c0: u32, i0: u32, kg: u32, w: u32) -> vec4<u32> {
+    return vec4<u32>(vr(base, c0, i0, w), vr(base, c0, i0 + kg, w), vr(base, c0, i0 + 2u * kg, w),
+                     vr(base, c0, i0 + 3u * kg, w));
+}
+
+fn pvr(i: u32, raw: u32) -> vec2<f32> {
+    if (i < CH) {
+        return pv(i, unpack2x16float(raw));
+    }
+    return vec2<f32>(0.0);
+}
+
+fn pv4(i0: u32, kg: u32, v: vec4<u32>) -> vec2<f32> {
+    return pvr(i0, v.x) + pvr(i0 + kg, v.y) + pvr(i0 + 2u * kg, v.z) + pvr(i0 + 3u * kg, v.w);
 }
 
 @compute @workgroup_size(128)
