@@ -164,7 +164,6 @@ override KT: u32 = 2048u;
 // Row groups that share four rows, each taking every S-th chunk: with few rows, more row groups
 // per row keep enough loads in flight.
 override S: u32 = 1u;
-override PREFETCH: bool = true;
 override XS_LEN: u32 = 576u;    // KT / 4 + KT / 32 (naga cannot size arrays by expressions)
 var<workgroup> xs: array<vec4<f32>, XS_LEN>;
 var<workgroup> ssg: array<f32, 8>;
@@ -224,10 +223,7 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
         ss += stage(k0, len, lid, norm);
         workgroupBarrier();
         for (var c = t; c < len / ch; c += 32u * S) {
-            var next: W4;
-            if (PREFETCH) {
-                next = wload4(r, min(k0 / ch + c + 32u * S, last));
-            }
+            let next = wload4(r, min(k0 / ch + c + 32u * S, last));
             let k = c * ch;
             var xc: Xc;
             xc.a0 = xget(k);
@@ -250,11 +246,7 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
                 xc.a4 *= sc; xc.a5 *= sc; xc.a6 *= sc; xc.a7 *= sc;
             }
             out.v += wdot4(w, xc);
-            if (PREFETCH) {
-                w = next;
-            } else {
-                w = wload4(r, min(k0 / ch + c + 32u * S, last));
-            }
+            w = next;
         }
     }
     if (norm) {
