@@ -70,6 +70,12 @@ pub struct Runtime {
     pub max_batch: usize,
     /// Tokens currently in the KV cache.
     pub pos: usize,
+    /// The context length was chosen by the caller (else a prompt that does not fit grows it).
+    context_fixed: bool,
+    /// The caller's max_batch before it was limited to the context.
+    max_batch_opt: usize,
+    /// `ModelConfig::rope_table_key` of the rotary table in `bufs.rope`.
+    rope_key: usize,
 }
 
 pub struct Engine {
@@ -106,7 +112,47 @@ impl Runtime {
         let readback = gpu.readback_buffer("logits readback", cfg.vocab as u64 * 4);
         let token_readback = (0..forward::TOKEN_SLOTS).map(|i| gpu.readback_buffer(&format!("token {i}"), 4)).collect();
         gpu.check()?;
-        Ok(Runtime { gpu, cfg, weights, bufs, decode, prefill, readback, token_readback, context, max_batch, pos: 0 })
+        let rope_key = cfg.rope_table_key(1);
+        Ok(Runtime {
+            gpu,
+            cfg,
+            weights,
+            bufs,
+            decode,
+            prefill,
+            readback,
+            token_readback,
+            context,
+            max_batch,
+            pos: 0,
+            context_fixed: opts.context_length.is_some(),
+            max_batch_opt: opts.max_batch,
+            rope_key,
+        })
+    }
+
+    /// Reallocate activations and the KV cache for a longer context (the cache is emptied) and
+    /// rebuild both programs.
+    pub fn grow_context(&mut self, context: usize) -> Result<()> {
+        let max_batch = self.max_batch_opt.min(context);
+        let bufs = Buffers::new(&self.gpu, &self.cfg, max_batch, context)?;
+        let decode = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, false)?;
+        let prefill = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, true)?;
+        (self.bufs, self.decode, self.prefill) = (bufs, decode, prefill);
+        (self.context, self.max_batch, self.pos) = (context, max_batch, 0);
+        self.rope_key = self.cfg.rope_table_key(1);
+        self.gpu.check()
+    }
+
+    /// Before a new sequence of `prompt_len` tokens: the rotary table it needs, when the model's
+    /// frequencies depend on the length (longrope, dynamic NTK; `forward::rope_table_for`).
+    fn prepare_rope(&mut self, prompt_len: usize) {
+        let key = self.cfg.rope_table_key(prompt_len);
+        if key != self.rope_key {
+            let table = forward::rope_table_for(&self.cfg, prompt_len, self.context);
+            self.gpu.queue.write_buffer(&self.bufs.rope, 0, bytemuck::cast_slice(&table));
+            self.rope_key = key;
+        }
     }
 }
 
@@ -272,6 +318,11 @@ impl Engine {
     pub async fn start(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation> {
         let sampler = Sampler::new(opts.sampling.clone())?;
         let gpu_greedy = opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0 && !opts.cpu_sampling;
+        // A default-sized context grows to hold a longer prompt and the tokens asked for (the
+        // model's own limit is not enforced: transformers does not enforce it either).
+        if prompt.len() >= self.rt.context && !self.rt.context_fixed {
+            self.rt.grow_context(prompt.len() + opts.max_tokens.max(1))?;
+        }
         if prompt.len() >= self.rt.context {
             return Err(Error::ContextOverflow {
                 tokens: prompt.len(),
@@ -523,6 +574,9 @@ impl Runtime {
     /// the last one. Long inputs go through in chunks of `max_batch`.
     pub async fn forward(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
         self.check_ids(ids)?;
+        if self.pos == 0 {
+            self.prepare_rope(ids.len());
+        }
         let chunks: Vec<&[u32]> = ids.chunks(self.max_batch).collect();
         let mut last = None;
         for (i, chunk) in chunks.iter().enumerate() {

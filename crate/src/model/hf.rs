@@ -62,6 +62,11 @@ pub struct HfModel<S> {
     pub st: SafetensorsModel<S>,
     pub generation: Option<GenerationConfig>,
     pub tokenizer_config: Option<TokenizerConfig>,
+    /// Where the text model's tensors are (`model.`, or `language_model.model.` ... for the
+    /// Gemma 3 multimodal wrapper; see `text_prefix`).
+    pub prefix: &'static str,
+    /// The LM head tensor to load, if the model does not use the embedding (see `head_tensor`).
+    pub head: Option<&'static str>,
 }
 
 /// The tensor names of one layer with the shapes the config implies.
@@ -80,6 +85,11 @@ struct LayerSpec {
     ffn_norm: String,
     post_attn_norm: Option<String>,
     post_ffn_norm: Option<String>,
+    /// Output projection bias (length hidden).
+    o_bias: Option<String>,
+    /// Gate and up biases (length intermediate each), down bias (length hidden).
+    gate_up_bias: Vec<String>,
+    down_bias: Option<String>,
 }
 
 /// (tensor name, rows) of each part of one GPU matrix buffer, and the shared column count.
@@ -140,7 +150,9 @@ impl<S: AsyncSource> HfModel<S> {
         let generation = files.generation_config.as_deref().map(GenerationConfig::from_json).transpose()?;
         let tokenizer_config = files.tokenizer_config.as_deref().map(TokenizerConfig::from_json).transpose()?;
         let st = SafetensorsModel::open_async(files.index.as_deref(), open).await?;
-        Ok(HfModel { hf, cfg, st, generation, tokenizer_config })
+        let prefix = text_prefix(&st)?;
+        let head = head_tensor(&st, prefix, cfg.tied_embeddings).await?;
+        Ok(HfModel { hf, cfg, st, generation, tokenizer_config, prefix, head })
     }
 
     /// Stop token ids from generation_config.json, else config.json.
@@ -161,7 +173,7 @@ impl<S: AsyncSource> HfModel<S> {
     fn layer_spec(&self, i: usize) -> LayerSpec {
         let c = &self.cfg;
         let (qd, kvd, f) = (c.q_dim(), c.kv_dim(), c.ffn);
-        let n = |s: &str| format!("model.layers.{i}.{s}");
+        let n = |s: &str| format!("{}layers.{i}.{s}", self.prefix);
         let qkv = if self.has(&n("self_attn.qkv_proj.weight")) {
             vec![(n("self_attn.qkv_proj.weight"), qd + 2 * kvd)]
         } else {
@@ -192,6 +204,9 @@ impl<S: AsyncSource> HfModel<S> {
             (n("post_attention_layernorm.weight"), None, None)
         };
         LayerSpec {
+            o_bias: c.o_bias.then(|| n("self_attn.o_proj.bias")),
+            gate_up_bias: if c.mlp_bias { vec![n("mlp.gate_proj.bias"), n("mlp.up_proj.bias")] } else { vec![] },
+            down_bias: c.mlp_bias.then(|| n("mlp.down_proj.bias")),
             qkv,
             qkv_bias,
             q_norm: c.qk_norm.then(|| n("self_attn.q_norm.weight")),
@@ -206,15 +221,19 @@ impl<S: AsyncSource> HfModel<S> {
         }
     }
 
-    fn untied_head(&self) -> bool {
-        self.has("lm_head.weight") && !self.cfg.tied_embeddings
+    fn embed_name(&self) -> String {
+        format!("{}embed_tokens.weight", self.prefix)
+    }
+
+    fn norm_name(&self) -> String {
+        format!("{}norm.weight", self.prefix)
     }
 
     /// Every matrix as (GPU buffer name, parts as (tensor, rows), columns); parts of one buffer
     /// are fused into it.
     fn matrices(&self) -> Vec<MatrixSpec> {
         let c = &self.cfg;
-        let mut out = vec![("embed".to_string(), vec![("model.embed_tokens.weight".to_string(), c.vocab)], c.hidden)];
+        let mut out = vec![("embed".to_string(), vec![(self.embed_name(), c.vocab)], c.hidden)];
         for i in 0..c.n_layers {
             let l = self.layer_spec(i);
             out.push((format!("layer {i} qkv"), l.qkv, c.hidden));
@@ -222,8 +241,8 @@ impl<S: AsyncSource> HfModel<S> {
             out.push((format!("layer {i} gate_up"), l.gate_up, c.hidden));
             out.push((format!("layer {i} down"), vec![(l.down, c.hidden)], c.ffn));
         }
-        if self.untied_head() {
-            out.push(("lm_head".to_string(), vec![("lm_head.weight".to_string(), c.vocab)], c.hidden));
+        if let Some(head) = self.head {
+            out.push(("lm_head".to_string(), vec![(head.to_string(), c.vocab)], c.hidden));
         }
         out
     }
@@ -231,10 +250,12 @@ impl<S: AsyncSource> HfModel<S> {
     /// Every vector as (tensor, length).
     fn vectors(&self) -> Vec<(String, usize)> {
         let c = &self.cfg;
-        let mut out = vec![("model.norm.weight".to_string(), c.hidden)];
+        let mut out = vec![(self.norm_name(), c.hidden)];
         for i in 0..c.n_layers {
             let l = self.layer_spec(i);
             out.extend(l.qkv_bias);
+            out.extend(l.o_bias.into_iter().chain(l.down_bias).map(|n| (n, c.hidden)));
+            out.extend(l.gate_up_bias.into_iter().map(|n| (n, c.ffn)));
             for n in [Some(l.attn_norm), Some(l.ffn_norm), l.post_attn_norm, l.post_ffn_norm] {
                 out.extend(n.map(|n| (n, c.hidden)));
             }
@@ -382,11 +403,11 @@ impl<S: AsyncSource> HfModel<S> {
     /// Where an item's first tensor lies: (shard, byte offset).
     fn position(&self, item: Item) -> (usize, u64) {
         let names: Vec<String> = match item {
-            Item::Embed => vec!["model.embed_tokens.weight".into()],
-            Item::Norm => vec!["model.norm.weight".into()],
-            Item::Head => vec!["lm_head.weight".into()],
+            Item::Embed => vec![self.embed_name()],
+            Item::Norm => vec![self.norm_name()],
+            Item::Head => self.head.iter().map(|h| h.to_string()).collect(),
             Item::Layer(i) => {
-                let prefix = format!("model.layers.{i}.");
+                let prefix = format!("{}layers.{i}.", self.prefix);
                 return self
                     .st
                     .shards
@@ -421,6 +442,12 @@ impl<S: AsyncSource> HfModel<S> {
         for (n, len) in &l.qkv_bias {
             jobs.push((n, Shape::Vector(*len)));
         }
+        for n in l.o_bias.iter().chain(&l.down_bias) {
+            jobs.push((n, Shape::Vector(h)));
+        }
+        for n in &l.gate_up_bias {
+            jobs.push((n, Shape::Vector(c.ffn)));
+        }
         for n in [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()] {
             jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(h))));
         }
@@ -443,6 +470,9 @@ impl<S: AsyncSource> HfModel<S> {
         let mut mat = |n: &str| mats.remove(n).expect("read above");
         let mut vec = |n: &str| vecs.remove(n).expect("read above");
         let parts = LayerParts {
+            o_bias: l.o_bias.as_deref().map(&mut vec),
+            gate_up_bias: (!l.gate_up_bias.is_empty()).then(|| l.gate_up_bias.iter().flat_map(|n| vec(n)).collect()),
+            down_bias: l.down_bias.as_deref().map(&mut vec),
             attn_norm: vec(&l.attn_norm),
             ffn_norm: vec(&l.ffn_norm),
             qkv: l.qkv.iter().map(|(n, _)| mat(n)).collect(),
@@ -479,15 +509,13 @@ impl<S: AsyncSource> HfModel<S> {
         for item in items {
             match item {
                 Item::Embed => {
-                    embed = Some(
-                        self.streamed(gpu, "embed", "model.embed_tokens.weight", (c.vocab, h), q, &mut on_read).await?,
-                    )
+                    let name = self.embed_name();
+                    embed = Some(self.streamed(gpu, "embed", &name, (c.vocab, h), q, &mut on_read).await?)
                 }
-                Item::Norm => out_norm = Some(self.vector("model.norm.weight", h, &mut on_read).await?),
+                Item::Norm => out_norm = Some(self.vector(&self.norm_name(), h, &mut on_read).await?),
                 Item::Head => {
-                    if self.untied_head() {
-                        lm_head =
-                            Some(self.streamed(gpu, "lm_head", "lm_head.weight", (c.vocab, h), q, &mut on_read).await?);
+                    if let Some(head) = self.head {
+                        lm_head = Some(self.streamed(gpu, "lm_head", head, (c.vocab, h), q, &mut on_read).await?);
                     }
                 }
                 Item::Layer(i) => {
@@ -501,6 +529,41 @@ impl<S: AsyncSource> HfModel<S> {
         let layers: Vec<LayerWeights> = layers.into_iter().flatten().collect();
         ModelWeights::new(gpu, c, embed, layers, &out_norm, lm_head)
     }
+}
+
+/// Where the text model's tensors are: `model.` for the *ForCausalLM classes;
+/// `language_model.model.` (as transformers saves Gemma3ForConditionalGeneration, and as the
+/// published Gemma 3 checkpoints are) or `model.language_model.` (its module names in
+/// transformers 5) for the multimodal wrapper, whose vision tensors are then ignored.
+fn text_prefix<S>(st: &SafetensorsModel<S>) -> Result<&'static str> {
+    const PREFIXES: [&str; 5] = ["model.", "language_model.model.", "model.language_model.", "language_model.", ""];
+    PREFIXES.into_iter().find(|p| st.get(&format!("{p}embed_tokens.weight")).is_some()).ok_or_else(|| {
+        Error::Model("missing tensor model.embed_tokens.weight (no token embedding under any known prefix)".into())
+    })
+}
+
+/// The LM head to load, as transformers ties it: an untied model's own head; a tied model whose
+/// file also has a head ties only when the two hold the same values (else transformers keeps the
+/// head and warns); no head in the file: the embedding.
+async fn head_tensor<S: AsyncSource>(
+    st: &SafetensorsModel<S>,
+    prefix: &str,
+    tied: bool,
+) -> Result<Option<&'static str>> {
+    let Some(head) = ["lm_head.weight", "language_model.lm_head.weight"].into_iter().find(|n| st.get(n).is_some())
+    else {
+        return Ok(None);
+    };
+    if !tied {
+        return Ok(Some(head));
+    }
+    let embed = format!("{prefix}embed_tokens.weight");
+    let (Some((_, _, a)), Some((_, _, b))) = (st.get(head), st.get(&embed)) else { return Ok(Some(head)) };
+    if a.dtype != b.dtype || a.shape != b.shape {
+        return Ok(Some(head));
+    }
+    let same = st.read_bytes_async(head, &mut |_| {}).await? == st.read_bytes_async(&embed, &mut |_| {}).await?;
+    Ok((!same).then_some(head))
 }
 
 /// Read a model folder's files from disk.

@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Sweep of Hugging Face config variations against transformers (fp32, eager attention).
+
+For every variant below this script builds a tiny random-weight model from a config object (fixed
+seed per variant, no hub access), writes it with `save_pretrained` (F32, F16 or BF16; optionally
+sharded with a small `max_shard_size`, which writes `model.safetensors.index.json`), reloads the
+folder with transformers in float32 as the reference, and runs
+
+    ferrolm generate --model DIR --prompt-ids ... --max-tokens 1 --top-logits 10 --json
+
+for each prompt length of the variant (1 and ~40 by default; longrope variants also cross their
+original_max_position_embeddings). A case passes when ferrolm's top-10 ids are transformers' top-10
+(up to near-ties) and every reported logit is within --tol (default 1%) of transformers' logit for
+that id, relative to the largest |logit| of the reference's top 10.
+
+Weights: `--init wide` (default) re-draws them wider than transformers' init (matrices N(0, 0.15),
+embeddings N(0, 0.3), norms 1 +- 0.1 or 0 +- 0.1 for Gemma's (1 + w), biases N(0, 0.1)) so logits
+are not flat and biases matter; `--init hf` keeps transformers' own init (std 0.02, zero biases,
+unit norms), which is what a plain `from_config(...).save_pretrained(...)` gives.
+
+Usage:
+    python3 tests/scripts/sweep_hf_variants.py [--bin target/release/ferrolm] [--only REGEX]
+        [--init wide|hf] [--keep DIR] [--tol 0.01] [--list]
+    python3 tests/scripts/sweep_hf_variants.py --fixtures tests/fixtures/arch/variants --only REGEX
+        writes the selected variants as committed test fixtures (see `write_fixture`).
+
+Needs torch, transformers (5.x), safetensors, numpy; the ferrolm binary built with the cli feature.
+Natively on lavapipe: WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+import numpy as np
+import torch
+import transformers
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3Config, Gemma3ForConditionalGeneration,
+                          Gemma3TextConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config)
+
+VOCAB = 256
+# Small shapes: hidden 64, 4 heads of 16 (2 KV heads), 2 layers.
+BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=VOCAB, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# Smaller still, for committed fixtures (a few tens of KB per folder in BF16).
+SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=128, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+CLASSES = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config,
+           "phi3": Phi3Config, "gemma2": Gemma2Config, "gemma3_text": Gemma3TextConfig, "gemma3": Gemma3Config}
+
+# Phi-3 style longrope factor lists for rotary dims 16 (8 factors) and 12 (6 factors).
+SHORT8 = [1.0, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0]
+LONG8 = [1.0, 1.5, 2.5, 4.0, 7.0, 12.0, 20.0, 32.0]
+SHORT6 = [1.0, 1.05, 1.1, 1.3, 1.6, 2.0]
+LONG6 = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+
+
+def V(name, family, prompts=(1, 40), dtype="f32", shard=None, base=BASE, **cfg):
+    return dict(name=name, family=family, prompts=list(prompts), dtype=dtype, shard=shard, base=base, cfg=cfg)
+
+
+def gemma3_vision():
+    from transformers import SiglipVisionConfig
+    return SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                              image_size=32, patch_size=8)
+
+
+VARIANTS = [
+    # --- Llama 3.x
+    V("llama-default", "llama"),
+    V("llama-tied", "llama", tie_word_embeddings=True),
+    V("llama-head_dim32", "llama", head_dim=32),
+    V("llama-head_dim8-gqa4", "llama", head_dim=8, num_attention_heads=8, num_key_value_heads=2),
+    V("llama-mha", "llama", num_key_value_heads=4),
+    V("llama-mqa", "llama", num_key_value_heads=1),
+    V("llama-llama3", "llama", rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
+                                                    low_freq_factor=1.0, high_freq_factor=4.0,
+                                                    original_max_position_embeddings=16)),
+    V("llama-llama3-legacy", "llama", rope_theta=500000.0,
+      rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                        original_max_position_embeddings=8)),
+    V("llama-linear", "llama", rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0)),
+    V("llama-dynamic", "llama", max_position_embeddings=16,
+      rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
+    V("llama-attention_bias", "llama", attention_bias=True),
+    V("llama-mlp_bias", "llama", mlp_bias=True),
+    V("llama-both_bias-tied", "llama", attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
+    V("llama-f16", "llama", dtype="f16"),
+    V("llama-bf16-sharded", "llama", dtype="bf16", shard="60KB"),
+    V("llama-f32-sharded-tied", "llama", shard="100KB", tie_word_embeddings=True),
+    V("llama-3layers-eps", "llama", num_hidden_layers=3, rms_norm_eps=1e-5),
+    V("llama-short-maxpos", "llama", max_position_embeddings=16),
+    # --- Qwen2 / 2.5
+    V("qwen2-untied", "qwen2"),
+    V("qwen2-tied", "qwen2", tie_word_embeddings=True),
+    V("qwen2-bf16-tied", "qwen2", dtype="bf16", tie_word_embeddings=True),
+    V("qwen2-sliding", "qwen2", num_hidden_layers=3, use_sliding_window=True, sliding_window=8, max_window_layers=1),
+    V("qwen2-yarnless-theta", "qwen2", rope_parameters=dict(rope_type="default", rope_theta=1e6)),
+    # --- Qwen3
+    V("qwen3-default", "qwen3", head_dim=16),
+    V("qwen3-head_dim32-tied", "qwen3", head_dim=32, tie_word_embeddings=True),
+    V("qwen3-head_dim8", "qwen3", head_dim=8, num_attention_heads=8, num_key_value_heads=4),
+    V("qwen3-bias", "qwen3", head_dim=16, attention_bias=True),
+    V("qwen3-f16-sharded", "qwen3", head_dim=32, dtype="f16", shard="50KB"),
+    V("qwen3-sliding", "qwen3", head_dim=16, num_hidden_layers=3, use_sliding_window=True, sliding_window=8,
+      max_window_layers=1),
+    V("qwen3-llama3rope", "qwen3", head_dim=16, rope_parameters=dict(rope_type="llama3", rope_theta=1e6, factor=4.0,
+                                                                     low_freq_factor=1.0, high_freq_factor=4.0,
+                                                                     original_max_position_embeddings=32)),
+    # --- Mistral
+    V("mistral-nowindow", "mistral", sliding_window=None),
+    V("mistral-window8", "mistral", sliding_window=8),
+    V("mistral-window8-head_dim32", "mistral", sliding_window=8, head_dim=32),
+    V("mistral-window-default", "mistral"),
+    V("mistral-bf16-tied", "mistral", dtype="bf16", sliding_window=12, tie_word_embeddings=True),
+    # --- Phi-3 / Phi-3.5 / Phi-4-mini
+    V("phi3-default", "phi3"),
+    V("phi3-longrope", "phi3", prompts=(1, 12, 16, 17, 40), original_max_position_embeddings=16,
+      rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=SHORT8, long_factor=LONG8)),
+    V("phi3-longrope-legacy-su", "phi3", prompts=(10, 40), original_max_position_embeddings=16,
+      rope_scaling=dict(type="su", short_factor=SHORT8, long_factor=LONG8)),
+    V("phi3-longrope-attn_factor", "phi3", prompts=(8, 40), original_max_position_embeddings=16,
+      rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=SHORT8, long_factor=LONG8,
+                           attention_factor=1.3)),
+    V("phi3-longrope-factor", "phi3", prompts=(8, 40), original_max_position_embeddings=16,
+      rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=SHORT8, long_factor=LONG8,
+                           factor=3.0)),
+    V("phi4mini-partial", "phi3", prompts=(1, 12, 40), partial_rotary_factor=0.75, tie_word_embeddings=True,
+      original_max_position_embeddings=16, num_key_value_heads=1,
+      rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                           short_factor=SHORT6, long_factor=LONG6)),
+    V("phi3-partial-bf16", "phi3", dtype="bf16", prompts=(40,), partial_rotary_factor=0.5,
+      original_max_position_embeddings=16,
+      rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5,
+                           short_factor=[1.0, 1.1, 1.3, 1.7], long_factor=[1.0, 2.0, 4.0, 8.0])),
+    V("phi3-window", "phi3", sliding_window=8),
+    V("phi3-f16-sharded", "phi3", dtype="f16", shard="60KB"),
+    # --- Gemma 2
+    V("gemma2-default", "gemma2", head_dim=16, sliding_window=8),
+    V("gemma2-qpas", "gemma2", head_dim=16, query_pre_attn_scalar=24, sliding_window=8,
+      attn_logit_softcapping=20.0, final_logit_softcapping=5.0),
+    V("gemma2-nocap", "gemma2", head_dim=32, sliding_window=8, attn_logit_softcapping=None,
+      final_logit_softcapping=None, tie_word_embeddings=False),
+    V("gemma2-3layers-bf16", "gemma2", head_dim=16, num_hidden_layers=3, sliding_window=6, dtype="bf16"),
+    V("gemma2-bias", "gemma2", head_dim=16, sliding_window=8, attention_bias=True),
+    # --- Gemma 3 (text)
+    V("gemma3-text", "gemma3_text", head_dim=16, sliding_window=8, query_pre_attn_scalar=16),
+    V("gemma3-pattern", "gemma3_text", head_dim=16, num_hidden_layers=3, sliding_window=8, sliding_window_pattern=2),
+    V("gemma3-layer_types", "gemma3_text", head_dim=16, num_hidden_layers=3, sliding_window=8,
+      layer_types=["full_attention", "sliding_attention", "full_attention"]),
+    V("gemma3-linear-global", "gemma3_text", head_dim=16, num_hidden_layers=2, sliding_window=8,
+      layer_types=["sliding_attention", "full_attention"],
+      rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+                       "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1e6)}),
+    V("gemma3-legacy-rope", "gemma3_text", head_dim=16, num_hidden_layers=2, sliding_window=8,
+      sliding_window_pattern=2, rope_theta=100000.0, rope_local_base_freq=500.0,
+      rope_scaling=dict(rope_type="linear", factor=4.0)),
+    V("gemma3-softcap-bias", "gemma3_text", head_dim=16, sliding_window=8, final_logit_softcapping=8.0,
+      attn_logit_softcapping=10.0, attention_bias=True),
+    V("gemma3-bf16-sharded", "gemma3_text", head_dim=32, sliding_window=8, dtype="bf16", shard="50KB"),
+    # --- Gemma 3 multimodal wrapper (text_config nested, model.language_model.* tensors)
+    V("gemma3-cg", "gemma3", head_dim=16, sliding_window=8, sliding_window_pattern=2),
+    V("gemma3-cg-bf16-sharded", "gemma3", head_dim=16, sliding_window=8, layer_types=["sliding_attention",
+                                                                                     "full_attention"],
+      rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+                       "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1e6)},
+      dtype="bf16", shard="40KB"),
+    V("gemma3-cg-softcap", "gemma3", head_dim=16, sliding_window=8, final_logit_softcapping=5.0),
+]
+BY_NAME = {v["name"]: v for v in VARIANTS}
+
+
+def seed_of(name):
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def make_config(v):
+    fam = v["family"]
+    kw = {**v["base"], **v["cfg"]}
+    if fam == "gemma3":
+        text = Gemma3TextConfig(**kw)
+        return Gemma3Config(text_config=text, vision_config=gemma3_vision(), mm_tokens_per_image=4,
+                            tie_word_embeddings=kw.get("tie_word_embeddings", True), attn_implementation="eager")
+    return CLASSES[fam](**kw, attn_implementation="eager")
+
+
+def build_model(cfg, family):
+    if family == "gemma3":
+        return Gemma3ForConditionalGeneration(cfg).eval()
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+
+
+def init_wide(model, family, seed):
+    g = torch.Generator().manual_seed(seed)
+    gemma = family.startswith("gemma")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "vision" in name or "multi_modal" in name:
+                continue
+            if "norm" in name:
+                p.copy_((0.0 if gemma else 1.0) + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif "embed" in name or "lm_head" in name:
+                p.copy_((0.12 if gemma and "embed" in name else 0.3) * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.15 * torch.randn(p.shape, generator=g))
+
+
+def prompt_ids(n, vocab, seed):
+    rng = np.random.default_rng(seed)
+    return [int(x) for x in rng.integers(3, vocab, n)]
+
+
+def save(v, out, init="wide"):
+    """Build, initialise and save variant `v` to `out`; returns the reloaded fp32 reference model."""
+    seed = seed_of(v["name"])
+    torch.manual_seed(seed)
+    cfg = make_config(v)
+    model = build_model(cfg, v["family"])
+    if init == "wide":
+        init_wide(model, v["family"], seed)
+    # (Re)tie after the re-draw: tied models keep one matrix.
+    model.tie_weights()
+    dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[v["dtype"]]
+    shutil.rmtree(out, ignore_errors=True)
+    kw = {"max_shard_size": v["shard"]} if v["shard"] else {}
+    model.to(dt).save_pretrained(out, **kw)
+    return load_reference(out, v["family"])
+
+
+def load_reference(d, family):
+    if family == "gemma3":
+        m = Gemma3ForConditionalGeneration.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    else:
+        m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    return m.eval()
+
+
+def reference_logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, -1].float().numpy()
+
+
+def run_ferrolm(binary, d, ids, extra=()):
+    cmd = [binary, "generate", "--model", d, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", "1",
+           "--top-logits", "10", "--json", *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+    return json.loads(p.stdout.strip().splitlines()[-1])["top_logits"], None
+
+
+def compare(top, ref, tol):
+    """(ok, rel_err, note): ferrolm's [(id, logit)] top-10 against the reference logits."""
+    order = np.argsort(-ref)
+    ref_top = order[:len(top)]
+    scale = max(abs(float(ref[ref_top[0]])), abs(float(ref[ref_top[-1]])), 1e-6)
+    err = max(abs(l - float(ref[i])) for i, l in top) / scale
+    got_ids = [i for i, _ in top]
+    # Set equality up to near-ties at the cut: an id may differ only where the reference's
+    # 10th and 11th logits are within the tolerance.
+    missing = [int(i) for i in ref_top if int(i) not in got_ids]
+    cut = float(ref[ref_top[-1]])
+    real_missing = [i for i in missing if float(ref[i]) - tol * scale > cut]
+    extra = [i for i in got_ids if i not in set(int(x) for x in ref_top)]
+    real_extra = [i for i in extra if float(ref[i]) < cut - tol * scale]
+    ok = err <= tol and not real_missing and not real_extra
+    note = "" if not (missing or extra) else f"ids differ (missing {missing}, extra {extra})"
+    return ok, err, note
+
+
+def run_variant(v, binary, tol, keep=None, init="wide"):
+    d = os.path.join(keep, v["name"]) if keep else tempfile.mkdtemp(prefix="ferrolm-sweep-")
+    results = []
+    try:
+        ref_model = save(v, d, init)
+        vocab = v["base"]["vocab_size"]
+        for n in v["prompts"]:
+            ids = prompt_ids(n, vocab, seed_of(v["name"]) + n)
+            ref = reference_logits(ref_model, ids)
+            top, err = run_ferrolm(binary, d, ids)
+            if top is None:
+                results.append((n, False, float("nan"), "ferrolm failed: " + err))
+                continue
+            ok, rel, note = compare(top, ref, tol)
+            results.append((n, ok, rel, note))
+    finally:
+        if not keep:
+            shutil.rmtree(d, ignore_errors=True)
+    return results
+
+
+def write_fixture(v, root, prompts=None):
+    """A committed fixture: the saved folder plus reference.json with, for each prompt, the ids and
+    transformers' fp32 logits of the last position (full vocabulary)."""
+    d = os.path.join(root, v["name"])
+    ref_model = save(v, d, "wide")
+    vocab = v["base"]["vocab_size"]
+    cases = []
+    for n in prompts or v["prompts"]:
+        ids = prompt_ids(n, vocab, seed_of(v["name"]) + n)
+        cases.append(dict(prompt=ids, logits=[round(float(x), 6) for x in reference_logits(ref_model, ids)]))
+    ref = dict(name=v["name"], family=v["family"], dtype=v["dtype"], shard=v["shard"], config_kwargs=v["cfg"],
+               cases=cases, versions=dict(torch=torch.__version__, transformers=transformers.__version__))
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+    print(f"{v['name']}: {size / 1024:.0f} KB, prompts {[len(c['prompt']) for c in cases]}")
+
+
+# Variants committed as fixtures (tests/fixtures/arch/variants, crate/tests/arch_parity.rs):
+# the SMALL shapes in BF16/F16 keep each folder at a few tens of KB.
+FIXTURES = [
+    V("llama-bias", "llama", dtype="bf16", base=SMALL, prompts=(1, 40), head_dim=16, attention_bias=True,
+      mlp_bias=True, tie_word_embeddings=True),
+    V("phi3-longrope", "phi3", dtype="bf16", base=SMALL, prompts=(1, 16, 17, 40), head_dim=16,
+      original_max_position_embeddings=16, partial_rotary_factor=0.75, sliding_window=12,
+      rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                           short_factor=SHORT6, long_factor=LONG6)),
+    V("gemma3-cg", "gemma3", dtype="bf16", base=SMALL, prompts=(1, 40), head_dim=16, sliding_window=8,
+      final_logit_softcapping=5.0, attention_bias=True, shard="30KB",
+      layer_types=["sliding_attention", "full_attention"],
+      rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+                       "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1e6)}),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default=os.environ.get("FERROLM_BIN", "target/release/ferrolm"))
+    ap.add_argument("--only", default=None, help="regex on variant names")
+    ap.add_argument("--init", default="wide", choices=["wide", "hf"])
+    ap.add_argument("--keep", default=None, help="keep the generated folders under this directory")
+    ap.add_argument("--tol", type=float, default=0.01)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--fixtures", default=None, help="write the FIXTURES variants under this directory")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    if args.fixtures:
+        for v in FIXTURES:
+            if args.only is None or re.search(args.only, v["name"]):
+                write_fixture(v, args.fixtures)
+        return
+    todo = [v for v in VARIANTS if args.only is None or re.search(args.only, v["name"])]
+    if args.list:
+        for v in todo:
+            print(v["name"], v["family"], v["dtype"], v["shard"] or "", v["prompts"], v["cfg"])
+        return
+    fails = 0
+    t0 = time.time()
+    for v in todo:
+        try:
+            res = run_variant(v, args.bin, args.tol, args.keep, args.init)
+        except Exception as e:  # a variant transformers itself cannot build
+            print(f"SKIP {v['name']}: {type(e).__name__}: {e}")
+            continue
+        for n, ok, rel, note in res:
+            fails += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {v['name']:32s} len {n:3d}  rel err {rel:.2e}  {note}", flush=True)
+    print(f"{len(todo)} variants, {fails} failing cases, {time.time() - t0:.0f} s")
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()
