@@ -318,10 +318,11 @@ impl Engine {
     pub async fn start(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation> {
         let sampler = Sampler::new(opts.sampling.clone())?;
         let gpu_greedy = opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0 && !opts.cpu_sampling;
-        // A default-sized context grows to hold a longer prompt and the tokens asked for (the
-        // model's own limit is not enforced: transformers does not enforce it either).
+        // A default-sized context grows to hold a longer prompt and the tokens asked for (up to
+        // 4096 more; the model's training context is not a limit: transformers does not enforce
+        // it either). A prompt that fits keeps the context, and generation stops at its end.
         if prompt.len() >= self.rt.context && !self.rt.context_fixed {
-            self.rt.grow_context(prompt.len() + opts.max_tokens.max(1))?;
+            self.rt.grow_context(prompt.len() + opts.max_tokens.clamp(1, 4096))?;
         }
         if prompt.len() >= self.rt.context {
             return Err(Error::ContextOverflow {
@@ -367,6 +368,18 @@ impl Engine {
         if g.tokens.len() >= g.max_tokens {
             return Ok(g.finish(StopReason::Length));
         }
+        // Phi-3 longrope: the step that reaches original + 1 positions recomputes the whole
+        // sequence with the long factors, as transformers' generate() does (it drops its cache
+        // there); its logits then give this step's token.
+        if g.logits.is_none()
+            && g.inflight.is_empty()
+            && self.rt.pos + 1 == g.history.len()
+            && self.rt.pos < self.rt.context
+            && self.rt.cfg.rope_recompute_at(self.rt.rope_key, g.history.len())
+        {
+            self.rt.pos = 0;
+            g.logits = Some(self.rt.forward(&g.history).await?);
+        }
         let id = if let Some(logits) = g.logits.take() {
             // The first token comes from the prompt's logits (which also give top_logits).
             let id = g.sampler.sample(&logits, &g.history);
@@ -378,6 +391,7 @@ impl Engine {
             while g.inflight.len() < PIPELINE_DEPTH
                 && g.tokens.len() + g.inflight.len() < g.max_tokens
                 && self.rt.pos < self.rt.context
+                && !self.rt.cfg.rope_recompute_at(self.rt.rope_key, self.rt.pos + 1)
             {
                 let slot = g.submitted % forward::TOKEN_SLOTS;
                 let sub = self.rt.submit_greedy(g.feed.take(), slot)?;

@@ -64,8 +64,12 @@ SHORT6 = [1.0, 1.05, 1.1, 1.3, 1.6, 2.0]
 LONG6 = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
 
 
-def V(name, family, prompts=(1, 40), dtype="f32", shard=None, base=BASE, **cfg):
-    return dict(name=name, family=family, prompts=list(prompts), dtype=dtype, shard=shard, base=base, cfg=cfg)
+def V(name, family, prompts=(1, 40), dtype="f32", shard=None, base=BASE, legacy=False, gen_prompt=None, **cfg):
+    """A variant: config kwargs `cfg` over `base`; `legacy` rewrites the saved config.json into the
+    transformers 4.x layout (rope_theta + rope_scaling, torch_dtype; see `to_legacy_layout`);
+    `gen_prompt`: prompt length of the --gen check (default: the first of `prompts`)."""
+    return dict(name=name, family=family, prompts=list(prompts), dtype=dtype, shard=shard, base=base, cfg=cfg,
+                legacy=legacy, gen_prompt=gen_prompt or prompts[0])
 
 
 def gemma3_vision():
@@ -89,7 +93,7 @@ VARIANTS = [
       rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                         original_max_position_embeddings=8)),
     V("llama-linear", "llama", rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0)),
-    V("llama-dynamic", "llama", max_position_embeddings=16,
+    V("llama-dynamic", "llama", max_position_embeddings=16, gen_prompt=10,
       rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
     V("llama-attention_bias", "llama", attention_bias=True),
     V("llama-mlp_bias", "llama", mlp_bias=True),
@@ -99,12 +103,32 @@ VARIANTS = [
     V("llama-f32-sharded-tied", "llama", shard="100KB", tie_word_embeddings=True),
     V("llama-3layers-eps", "llama", num_hidden_layers=3, rms_norm_eps=1e-5),
     V("llama-short-maxpos", "llama", max_position_embeddings=16),
+    V("llama-yarn", "llama", rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                                  original_max_position_embeddings=32)),
+    V("llama-longrope", "llama", prompts=(8, 40), rope_parameters=dict(
+        rope_type="longrope", rope_theta=10000.0, short_factor=SHORT8, long_factor=LONG8,
+        original_max_position_embeddings=16)),
+    V("llama-head_dim128", "llama", head_dim=128, num_attention_heads=2, num_key_value_heads=1),
+    V("llama-head_dim256", "llama", head_dim=256, num_attention_heads=2, num_key_value_heads=2),
+    V("llama-hidden48-3heads", "llama", hidden_size=48, num_attention_heads=3, num_key_value_heads=1),
+    V("llama-vocab1000", "llama", vocab_size=1000, tie_word_embeddings=True),
+    V("llama-vocab250", "llama", vocab_size=250),
+    V("llama-legacy-llama3", "llama", legacy=True, rope_parameters=dict(
+        rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=16)),
+    V("llama-hf-defaults-bf16", "llama", dtype="bf16", rms_norm_eps=1e-5, tie_word_embeddings=True,
+      rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=32.0, low_freq_factor=1.0,
+                           high_freq_factor=4.0, original_max_position_embeddings=8)),
     # --- Qwen2 / 2.5
     V("qwen2-untied", "qwen2"),
     V("qwen2-tied", "qwen2", tie_word_embeddings=True),
     V("qwen2-bf16-tied", "qwen2", dtype="bf16", tie_word_embeddings=True),
     V("qwen2-sliding", "qwen2", num_hidden_layers=3, use_sliding_window=True, sliding_window=8, max_window_layers=1),
     V("qwen2-yarnless-theta", "qwen2", rope_parameters=dict(rope_type="default", rope_theta=1e6)),
+    V("qwen2-yarn", "qwen2", rope_parameters=dict(rope_type="yarn", rope_theta=1e6, factor=4.0,
+                                                  original_max_position_embeddings=32)),
+    V("qwen2-legacy-yarn", "qwen2", legacy=True, tie_word_embeddings=True, rope_parameters=dict(
+        rope_type="yarn", rope_theta=1e6, factor=2.0, original_max_position_embeddings=16)),
     # --- Qwen3
     V("qwen3-default", "qwen3", head_dim=16),
     V("qwen3-head_dim32-tied", "qwen3", head_dim=32, tie_word_embeddings=True),
@@ -116,6 +140,10 @@ VARIANTS = [
     V("qwen3-llama3rope", "qwen3", head_dim=16, rope_parameters=dict(rope_type="llama3", rope_theta=1e6, factor=4.0,
                                                                      low_freq_factor=1.0, high_freq_factor=4.0,
                                                                      original_max_position_embeddings=32)),
+    V("qwen3-yarn-mscale", "qwen3", head_dim=16, rope_parameters=dict(
+        rope_type="yarn", rope_theta=1e6, factor=8.0, original_max_position_embeddings=16, beta_fast=16.0,
+        beta_slow=2.0, mscale=1.0, mscale_all_dim=0.5)),
+    V("qwen3-legacy", "qwen3", head_dim=32, legacy=True, dtype="bf16", tie_word_embeddings=True),
     # --- Mistral
     V("mistral-nowindow", "mistral", sliding_window=None),
     V("mistral-window8", "mistral", sliding_window=8),
@@ -124,17 +152,19 @@ VARIANTS = [
     V("mistral-bf16-tied", "mistral", dtype="bf16", sliding_window=12, tie_word_embeddings=True),
     # --- Phi-3 / Phi-3.5 / Phi-4-mini
     V("phi3-default", "phi3"),
-    V("phi3-longrope", "phi3", prompts=(1, 12, 16, 17, 40), original_max_position_embeddings=16,
+    V("phi3-longrope", "phi3", prompts=(1, 12, 16, 17, 40), original_max_position_embeddings=16, gen_prompt=12,
       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=SHORT8, long_factor=LONG8)),
-    V("phi3-longrope-legacy-su", "phi3", prompts=(10, 40), original_max_position_embeddings=16,
-      rope_scaling=dict(type="su", short_factor=SHORT8, long_factor=LONG8)),
+    V("phi3-longrope-legacy-su", "phi3", prompts=(10, 40), legacy=True, original_max_position_embeddings=16,
+      rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=SHORT8, long_factor=LONG8)),
+    V("phi3-partial-default-rope", "phi3", partial_rotary_factor=0.5,
+      rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5)),
     V("phi3-longrope-attn_factor", "phi3", prompts=(8, 40), original_max_position_embeddings=16,
       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=SHORT8, long_factor=LONG8,
                            attention_factor=1.3)),
     V("phi3-longrope-factor", "phi3", prompts=(8, 40), original_max_position_embeddings=16,
       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=SHORT8, long_factor=LONG8,
                            factor=3.0)),
-    V("phi4mini-partial", "phi3", prompts=(1, 12, 40), partial_rotary_factor=0.75, tie_word_embeddings=True,
+    V("phi4mini-partial", "phi3", prompts=(1, 12, 40), partial_rotary_factor=0.75, tie_word_embeddings=True, gen_prompt=12,
       original_max_position_embeddings=16, num_key_value_heads=1,
       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
                            short_factor=SHORT6, long_factor=LONG6)),
@@ -167,6 +197,11 @@ VARIANTS = [
     V("gemma3-softcap-bias", "gemma3_text", head_dim=16, sliding_window=8, final_logit_softcapping=8.0,
       attn_logit_softcapping=10.0, attention_bias=True),
     V("gemma3-bf16-sharded", "gemma3_text", head_dim=32, sliding_window=8, dtype="bf16", shard="50KB"),
+    V("gemma3-7layers-pattern6", "gemma3_text", head_dim=16, num_hidden_layers=7, sliding_window=6),
+    V("gemma3-legacy", "gemma3_text", head_dim=16, num_hidden_layers=3, sliding_window=8, legacy=True,
+      layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+      rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=1000.0),
+                       "full_attention": dict(rope_type="linear", factor=4.0, rope_theta=1e6)}),
     # --- Gemma 3 multimodal wrapper (text_config nested, model.language_model.* tensors)
     V("gemma3-cg", "gemma3", head_dim=16, sliding_window=8, sliding_window_pattern=2),
     V("gemma3-cg-bf16-sharded", "gemma3", head_dim=16, sliding_window=8, layer_types=["sliding_attention",
@@ -175,6 +210,11 @@ VARIANTS = [
                        "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1e6)},
       dtype="bf16", shard="40KB"),
     V("gemma3-cg-softcap", "gemma3", head_dim=16, sliding_window=8, final_logit_softcapping=5.0),
+    V("gemma3-cg-untied", "gemma3", head_dim=16, sliding_window=8, tie_word_embeddings=False),
+    V("gemma3-cg-legacy", "gemma3", head_dim=16, sliding_window=8, legacy=True, num_hidden_layers=3,
+      layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+      rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=1000.0),
+                       "full_attention": dict(rope_type="linear", factor=4.0, rope_theta=1e6)}),
 ]
 BY_NAME = {v["name"]: v for v in VARIANTS}
 
@@ -235,7 +275,52 @@ def save(v, out, init="wide"):
     shutil.rmtree(out, ignore_errors=True)
     kw = {"max_shard_size": v["shard"]} if v["shard"] else {}
     model.to(dt).save_pretrained(out, **kw)
+    if v.get("legacy"):
+        to_legacy_layout(out, v["family"])
     return load_reference(out, v["family"])
+
+
+def to_legacy_layout(d, family):
+    """Rewrite d/config.json the way transformers 4.x wrote it: `rope_theta` (+ `rope_scaling`
+    without rope_theta, `type` for the rope type) instead of `rope_parameters`, `torch_dtype`
+    instead of `dtype`; Gemma 3: the global rope at the top, `rope_local_base_freq` for local
+    layers and `sliding_window_pattern` instead of `layer_types` when they agree; no layer_types."""
+    path = os.path.join(d, "config.json")
+    with open(path) as f:
+        root = json.load(f)
+    c = root.get("text_config", root)
+    rp = c.pop("rope_parameters", None) or {}
+    if "full_attention" in rp:
+        full, local = rp["full_attention"], rp["sliding_attention"]
+        c["rope_local_base_freq"] = local.get("rope_theta", 10000.0)
+        rp = full
+        types = c.pop("layer_types")
+        n = len(types)
+        for pat in range(1, n + 2):
+            if types == ["sliding_attention" if (i + 1) % pat else "full_attention" for i in range(n)]:
+                c["sliding_window_pattern"] = pat
+                break
+        else:
+            c["layer_types"] = types
+    else:
+        c.pop("layer_types", None) if family in ("llama", "mistral", "phi3") else None
+    rp = dict(rp)
+    c["rope_theta"] = rp.pop("rope_theta", 10000.0)
+    if "partial_rotary_factor" in rp:
+        c["partial_rotary_factor"] = rp.pop("partial_rotary_factor")
+    t = rp.pop("rope_type", "default")
+    if t != "default":
+        rp.pop("original_max_position_embeddings", None) if family == "phi3" else None
+        # 4.x Phi-3 128k configs: {"type": "longrope", ...} ("su" in the oldest ones, which
+        # transformers 5.24 no longer loads); others: {"rope_type": ...}.
+        c["rope_scaling"] = {("type" if family == "phi3" else "rope_type"): t, **rp}
+    else:
+        c["rope_scaling"] = None
+    if "dtype" in root:
+        root["torch_dtype"] = root.pop("dtype")
+    root["transformers_version"] = "4.51.3"
+    with open(path, "w") as f:
+        json.dump(root, f, indent=2)
 
 
 def load_reference(d, family):
@@ -251,13 +336,41 @@ def reference_logits(model, ids):
         return model(torch.tensor([ids])).logits[0, -1].float().numpy()
 
 
-def run_ferrolm(binary, d, ids, extra=()):
-    cmd = [binary, "generate", "--model", d, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", "1",
-           "--top-logits", "10", "--json", *extra]
+def run_ferrolm(binary, d, ids, max_tokens=1):
+    cmd = [binary, "generate", "--model", d, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens",
+           str(max_tokens), "--top-logits", "10", "--json"]
+    if max_tokens > 1:
+        # Room for every token asked for, also past a small max_position_embeddings (transformers
+        # generates past it; ferrolm's default context stops there).
+        cmd += ["--context", str(len(ids) + max_tokens)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
-    return json.loads(p.stdout.strip().splitlines()[-1])["top_logits"], None
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    return (out["top_logits"] if max_tokens == 1 else out["tokens"]), None
+
+
+def reference_greedy(model, ids, n, eos):
+    """transformers' greedy continuation with its KV cache (`generate`), cut after a stop token,
+    and the top1 - top2 margin of each step."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+    toks = [int(t) for t in out.sequences[0, len(ids):]]
+    margins = [float(torch.topk(sc[0], 2).values.diff().abs()) for sc in out.scores]
+    return cut_at_stop(toks, eos), margins
+
+
+def cut_at_stop(toks, eos):
+    for i, t in enumerate(toks):
+        if t in eos:
+            return toks[:i + 1]
+    return toks
+
+
+def eos_ids(model):
+    e = model.generation_config.eos_token_id
+    return set(e if isinstance(e, list) else [] if e is None else [e])
 
 
 def compare(top, ref, tol):
@@ -279,12 +392,12 @@ def compare(top, ref, tol):
     return ok, err, note
 
 
-def run_variant(v, binary, tol, keep=None, init="wide"):
+def run_variant(v, binary, tol, keep=None, init="wide", gen=0):
     d = os.path.join(keep, v["name"]) if keep else tempfile.mkdtemp(prefix="ferrolm-sweep-")
     results = []
     try:
         ref_model = save(v, d, init)
-        vocab = v["base"]["vocab_size"]
+        vocab = v["cfg"].get("vocab_size", v["base"]["vocab_size"])
         for n in v["prompts"]:
             ids = prompt_ids(n, vocab, seed_of(v["name"]) + n)
             ref = reference_logits(ref_model, ids)
@@ -294,6 +407,21 @@ def run_variant(v, binary, tol, keep=None, init="wide"):
                 continue
             ok, rel, note = compare(top, ref, tol)
             results.append((n, ok, rel, note))
+        if gen:
+            # KV-cached generation: ferrolm's greedy tokens against transformers' generate().
+            n = v["gen_prompt"]
+            ids = prompt_ids(n, vocab, seed_of(v["name"]) + n)
+            want, margins = reference_greedy(ref_model, ids, gen, eos_ids(ref_model))
+            got, err = run_ferrolm(binary, d, ids, gen)
+            if got is None:
+                results.append((f"{n}+{gen}", False, float("nan"), "ferrolm failed: " + err))
+            else:
+                got = cut_at_stop(got, eos_ids(ref_model))
+                k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+                # A differing step is a failure unless transformers' own top two were within 1e-3.
+                ok = k is None and len(got) == len(want) or (k is not None and margins[k] < 1e-3)
+                note = "" if k is None else f"greedy differs at step {k} (ref margin {margins[k]:.2e})"
+                results.append((f"{n}+{gen}", ok, 0.0, note or f"greedy {len(got)} tokens equal"))
     finally:
         if not keep:
             shutil.rmtree(d, ignore_errors=True)
@@ -343,9 +471,13 @@ def main():
     ap.add_argument("--keep", default=None, help="keep the generated folders under this directory")
     ap.add_argument("--tol", type=float, default=0.01)
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--gen", type=int, default=0,
+                    help="also compare N greedy tokens (KV-cached) with transformers' generate()")
     ap.add_argument("--fixtures", default=None, help="write the FIXTURES variants under this directory")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     if args.fixtures:
         for v in FIXTURES:
             if args.only is None or re.search(args.only, v["name"]):
@@ -360,13 +492,13 @@ def main():
     t0 = time.time()
     for v in todo:
         try:
-            res = run_variant(v, args.bin, args.tol, args.keep, args.init)
+            res = run_variant(v, args.bin, args.tol, args.keep, args.init, args.gen)
         except Exception as e:  # a variant transformers itself cannot build
             print(f"SKIP {v['name']}: {type(e).__name__}: {e}")
             continue
         for n, ok, rel, note in res:
             fails += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {v['name']:32s} len {n:3d}  rel err {rel:.2e}  {note}", flush=True)
+            print(f"{'ok  ' if ok else 'FAIL'} {v['name']:32s} len {n!s:>5}  rel err {rel:.2e}  {note}", flush=True)
     print(f"{len(todo)} variants, {fails} failing cases, {time.time() - t0:.0f} s")
     sys.exit(1 if fails else 0)
 

@@ -66,8 +66,11 @@ pub struct ModelConfig {
 #[derive(Clone, Debug, serde::Serialize)]
 pub enum RopeDynamic {
     /// Longrope (Phi-3): the short factors' frequencies (`rope_inv`) while s <= `original`, the
-    /// long factors' (`long`) past it. The attention factor is the same for both.
-    LongRope { original: usize, long: Vec<f64> },
+    /// long factors' (`long`) past it. The attention factor is the same for both. `recompute`:
+    /// when a KV-cached generation reaches s = original + 1, the cache is dropped and the whole
+    /// sequence recomputed with the long factors (Phi3ForCausalLM.prepare_inputs_for_generation);
+    /// without it the cached keys keep their short-factor rotation.
+    LongRope { original: usize, long: Vec<f64>, recompute: bool },
     /// Dynamic NTK: while s <= `max_positions` the initial frequencies, past it the base becomes
     /// theta * (factor * s / max_positions - (factor - 1))^(dim / (dim - 2)).
     Ntk { max_positions: usize, factor: f64, theta: f64, dim: usize },
@@ -250,11 +253,18 @@ impl ModelConfig {
         }
     }
 
+    /// Whether a KV-cached generation that reaches `seq_len` positions, having started with a
+    /// prompt whose table key is `key`, must recompute its cache from scratch (Phi-3 longrope).
+    pub fn rope_recompute_at(&self, key: usize, seq_len: usize) -> bool {
+        matches!(self.rope_dynamic, Some(RopeDynamic::LongRope { recompute: true, .. }))
+            && self.rope_table_key(seq_len) != key
+    }
+
     /// Inverse frequencies of full-attention layers for a forward call over a sequence of
     /// `seq_len` positions (transformers' `dynamic_rope_update`).
     pub fn rope_inv_freq_at(&self, seq_len: usize) -> Vec<f64> {
         match &self.rope_dynamic {
-            Some(RopeDynamic::LongRope { original, long }) if seq_len > *original => long.clone(),
+            Some(RopeDynamic::LongRope { original, long, .. }) if seq_len > *original => long.clone(),
             Some(RopeDynamic::Ntk { max_positions, factor, theta, dim }) if seq_len > *max_positions => {
                 let (s, m, d) = (seq_len as f64, *max_positions as f64, *dim as f64);
                 let base = theta * (factor * s / m - (factor - 1.0)).powf(d / (d - 2.0));
@@ -307,6 +317,7 @@ impl ModelConfig {
             ("longrope", Some(orig)) => Some(RopeDynamic::LongRope {
                 original: orig as usize,
                 long: h.rope_inv_freq(LayerKind::Full, Some(orig + 1))?,
+                recompute: family == "phi3",
             }),
             ("dynamic", _) => Some(RopeDynamic::Ntk {
                 max_positions: h.max_position_embeddings as usize,

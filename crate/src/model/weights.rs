@@ -409,8 +409,10 @@ pub async fn load_gguf(
             long.rope_freq_factors = Some(l.vector("rope_factors_long.weight", cfg.rope_dim / 2).await?);
             let key = format!("{}.rope.scaling.original_context_length", cfg.arch);
             let original = gguf.get_u64(&key)?.map_or(cfg.context_train, |v| v as usize);
-            cfg.rope_dynamic =
-                Some(crate::model::config::RopeDynamic::LongRope { original, long: long.rope_inv_freq() });
+            let long = long.rope_inv_freq();
+            // Phi3ForCausalLM recomputes the cache when a generation crosses the original context.
+            let recompute = cfg.arch == "phi3";
+            cfg.rope_dynamic = Some(crate::model::config::RopeDynamic::LongRope { original, long, recompute });
         }
     }
     let embed = l.streamed("token_embd.weight", cfg.vocab, h).await?;
