@@ -349,7 +349,8 @@ impl ModelConfig {
             n_heads: h.num_attention_heads,
             n_kv_heads: h.num_key_value_heads,
             head_dim: h.head_dim,
-            ffn: h.intermediate_size,
+            // Padded to the kernels' step of 8 by the loader (see HfModel::load).
+            ffn: h.intermediate_size.next_multiple_of(8),
             vocab: h.vocab_size,
             context_train: h.max_position_embeddings as usize,
             rms_eps: h.rms_norm_eps as f32,
@@ -380,7 +381,8 @@ impl ModelConfig {
                 _ => h.final_logit_softcapping.unwrap_or(0.0) as f32,
             },
             qk_norm: h.qk_norm,
-            post_norms: gemma,
+            // Gemma 1 has Llama's two norms per layer; Gemma 2/3 add the post-norms.
+            post_norms: gemma && family != "gemma",
             sliding_window: h.sliding_window.unwrap_or(0) as usize,
             layer_sliding,
         };

@@ -172,7 +172,8 @@ impl<S: AsyncSource> HfModel<S> {
 
     fn layer_spec(&self, i: usize) -> LayerSpec {
         let c = &self.cfg;
-        let (qd, kvd, f) = (c.q_dim(), c.kv_dim(), c.ffn);
+        // Shapes in the file: the intermediate size before padding (see `layer`).
+        let (qd, kvd, f) = (c.q_dim(), c.kv_dim(), self.hf.intermediate_size);
         let n = |s: &str| format!("{}layers.{i}.{s}", self.prefix);
         let qkv = if self.has(&n("self_attn.qkv_proj.weight")) {
             vec![(n("self_attn.qkv_proj.weight"), qd + 2 * kvd)]
@@ -239,7 +240,7 @@ impl<S: AsyncSource> HfModel<S> {
             out.push((format!("layer {i} qkv"), l.qkv, c.hidden));
             out.push((format!("layer {i} o"), vec![(l.o, c.hidden)], c.q_dim()));
             out.push((format!("layer {i} gate_up"), l.gate_up, c.hidden));
-            out.push((format!("layer {i} down"), vec![(l.down, c.hidden)], c.ffn));
+            out.push((format!("layer {i} down"), vec![(l.down, c.hidden)], self.hf.intermediate_size));
         }
         if let Some(head) = self.head {
             out.push(("lm_head".to_string(), vec![(head.to_string(), c.vocab)], c.hidden));
@@ -255,7 +256,7 @@ impl<S: AsyncSource> HfModel<S> {
             let l = self.layer_spec(i);
             out.extend(l.qkv_bias);
             out.extend(l.o_bias.into_iter().chain(l.down_bias).map(|n| (n, c.hidden)));
-            out.extend(l.gate_up_bias.into_iter().map(|n| (n, c.ffn)));
+            out.extend(l.gate_up_bias.into_iter().map(|n| (n, self.hf.intermediate_size)));
             for n in [Some(l.attn_norm), Some(l.ffn_norm), l.post_attn_norm, l.post_ffn_norm] {
                 out.extend(n.map(|n| (n, c.hidden)));
             }
@@ -357,6 +358,30 @@ impl<S: AsyncSource> HfModel<S> {
         self.rows(name, (0, rows, cols), ty, on_read).await
     }
 
+    /// Rows `r0..r0 + n` of `name` (`cols` wide in the file), each row zero-padded to `pcols`
+    /// and zero rows appended up to `prows`, packed as stored or quantized.
+    async fn padded(
+        &self,
+        name: &str,
+        (r0, n, cols): (usize, usize, usize),
+        (prows, pcols): (usize, usize),
+        q: Quantize,
+        on_read: &mut dyn FnMut(u64),
+    ) -> Result<Packed> {
+        let (src, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
+        let ty = packed_type(&t.dtype, q, pcols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
+        let row_bytes = t.n_bytes / t.shape[0].max(1);
+        let raw =
+            SafetensorsModel::read_range(src, t.offset + r0 as u64 * row_bytes, n as u64 * row_bytes, on_read).await?;
+        if matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
+            let x = crate::weights::safetensors::to_f32(&t.dtype, &raw).expect("dtype checked");
+            pack::pack(ty, prows, pcols, &quant::quantize(ty, &pad_rows(&x, cols, n, prows, pcols))?)
+        } else {
+            let es = (t.dtype.bits() / 8) as usize;
+            pack::pack(ty, prows, pcols, &pad_rows(&raw, cols * es, n, prows, pcols * es))
+        }
+    }
+
     /// A large matrix (embedding, LM head) streamed to the GPU in row chunks of at most 16 MiB
     /// of file bytes, never whole in memory.
     async fn streamed(
@@ -432,13 +457,17 @@ impl<S: AsyncSource> HfModel<S> {
     async fn layer(&self, gpu: &Gpu, i: usize, q: Quantize, on_read: &mut dyn FnMut(u64)) -> Result<LayerWeights> {
         let c = &self.cfg;
         let h = c.hidden;
+        // The kernels step through rows 8 values at a time: an intermediate size that is not a
+        // multiple of 8 is padded with zero gate/up rows (after each of gate and up) and zero
+        // down columns. Exact: the padded units compute act(0 + 0) * 0 = 0.
+        let (fh, f) = (self.hf.intermediate_size, c.ffn);
         let l = self.layer_spec(i);
         let mut jobs: Vec<(&str, Shape)> = Vec::new();
         for (n, rows) in l.qkv.iter().chain(&l.gate_up) {
             jobs.push((n, Shape::Matrix(*rows, h)));
         }
         jobs.push((&l.o, Shape::Matrix(h, c.q_dim())));
-        jobs.push((&l.down, Shape::Matrix(h, c.ffn)));
+        jobs.push((&l.down, Shape::Matrix(h, fh)));
         for (n, len) in &l.qkv_bias {
             jobs.push((n, Shape::Vector(*len)));
         }
@@ -446,7 +475,7 @@ impl<S: AsyncSource> HfModel<S> {
             jobs.push((n, Shape::Vector(h)));
         }
         for n in &l.gate_up_bias {
-            jobs.push((n, Shape::Vector(c.ffn)));
+            jobs.push((n, Shape::Vector(fh)));
         }
         for n in [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()] {
             jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(h))));
@@ -459,19 +488,38 @@ impl<S: AsyncSource> HfModel<S> {
         let mut vecs = std::collections::HashMap::new();
         for (name, shape) in jobs {
             match shape {
+                Shape::Matrix(rows, cols) if fh != f && l.gate_up.iter().any(|(g, _)| g == name) => {
+                    // gate and up (or both halves of a fused gate_up_proj), each padded to f rows.
+                    self.tensor(name, &[rows, cols])?;
+                    let mut parts = Vec::new();
+                    for r0 in (0..rows).step_by(fh) {
+                        parts.push(self.padded(name, (r0, fh, cols), (f, cols), q, on_read).await?);
+                    }
+                    mats.insert(name.to_string(), parts);
+                }
+                Shape::Matrix(rows, cols) if fh != f && name == l.down => {
+                    self.tensor(name, &[rows, cols])?;
+                    mats.insert(
+                        name.to_string(),
+                        vec![self.padded(name, (0, rows, cols), (rows, f), q, on_read).await?],
+                    );
+                }
                 Shape::Matrix(rows, cols) => {
-                    mats.insert(name.to_string(), self.matrix(name, rows, cols, q, on_read).await?);
+                    mats.insert(name.to_string(), vec![self.matrix(name, rows, cols, q, on_read).await?]);
                 }
                 Shape::Vector(len) => {
                     vecs.insert(name.to_string(), self.vector(name, len, on_read).await?);
                 }
             }
         }
-        let mut mat = |n: &str| mats.remove(n).expect("read above");
+        let gate_up: Vec<Packed> = l.gate_up.iter().flat_map(|(n, _)| mats.remove(n).expect("read above")).collect();
+        let mut mat = |n: &str| mats.remove(n).and_then(|mut v| v.pop()).expect("read above");
         let mut vec = |n: &str| vecs.remove(n).expect("read above");
         let parts = LayerParts {
             o_bias: l.o_bias.as_deref().map(&mut vec),
-            gate_up_bias: (!l.gate_up_bias.is_empty()).then(|| l.gate_up_bias.iter().flat_map(|n| vec(n)).collect()),
+            gate_up_bias: (!l.gate_up_bias.is_empty()).then(|| {
+                l.gate_up_bias.iter().flat_map(|n| vec(n).into_iter().chain(std::iter::repeat(0.0)).take(f)).collect()
+            }),
             down_bias: l.down_bias.as_deref().map(&mut vec),
             attn_norm: vec(&l.attn_norm),
             ffn_norm: vec(&l.ffn_norm),
@@ -480,7 +528,7 @@ impl<S: AsyncSource> HfModel<S> {
             q_norm: l.q_norm.as_deref().map(&mut vec),
             k_norm: l.k_norm.as_deref().map(&mut vec),
             o: mat(&l.o),
-            gate_up: l.gate_up.iter().map(|(n, _)| mat(n)).collect(),
+            gate_up,
             down: mat(&l.down),
             post_attn_norm: l.post_attn_norm.as_deref().map(&mut vec),
             post_ffn_norm: l.post_ffn_norm.as_deref().map(&mut vec),
@@ -529,6 +577,16 @@ impl<S: AsyncSource> HfModel<S> {
         let layers: Vec<LayerWeights> = layers.into_iter().flatten().collect();
         ModelWeights::new(gpu, c, embed, layers, &out_norm, lm_head)
     }
+}
+
+/// The first `n` rows of a row-major matrix with `row_len` elements per row, each row
+/// zero-padded to `padded_len`, and zero rows appended up to `rows`.
+fn pad_rows<T: Copy + Default>(x: &[T], row_len: usize, n: usize, rows: usize, padded_len: usize) -> Vec<T> {
+    let mut out = vec![T::default(); rows * padded_len];
+    for r in 0..n {
+        out[r * padded_len..r * padded_len + row_len].copy_from_slice(&x[r * row_len..(r + 1) * row_len]);
+    }
+    out
 }
 
 /// Where the text model's tensors are: `model.` for the *ForCausalLM classes;

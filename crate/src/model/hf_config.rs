@@ -182,7 +182,11 @@ impl HfConfig {
         let head_dim = o.u64("head_dim")?.map_or(hidden_size / num_attention_heads, |v| v as usize);
         let max_position_embeddings = o.u64("max_position_embeddings")?.unwrap_or(if gemma { 8192 } else { 4096 });
         let act_key = if o.get("hidden_activation").is_some() { "hidden_activation" } else { "hidden_act" };
-        let hidden_act = o.str(act_key)?.unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" }).to_string();
+        let mut hidden_act = o.str(act_key)?.unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" }).to_string();
+        if family == "gemma" && hidden_act == "gelu" {
+            // GemmaConfig turns the legacy "gelu" of the first releases into the tanh approximation.
+            hidden_act = "gelu_pytorch_tanh".into();
+        }
 
         let (rope, rope_local) = resolve_rope(&o, family, max_position_embeddings)?;
         let layer_types = layer_types(&o, family, num_hidden_layers)?;
@@ -234,7 +238,11 @@ impl HfConfig {
             rope_local,
             sliding_window,
             layer_types,
-            query_pre_attn_scalar: absent_or("query_pre_attn_scalar", gemma.then_some(256.0))?,
+            // Gemma 1 scales by head_dim^-0.5 and has no such key.
+            query_pre_attn_scalar: match family {
+                "gemma2" | "gemma3" => absent_or("query_pre_attn_scalar", Some(256.0))?,
+                _ => None,
+            },
             attn_logit_softcapping: absent_or("attn_logit_softcapping", gemma2.then_some(50.0))?,
             final_logit_softcapping: absent_or("final_logit_softcapping", gemma2.then_some(30.0))?,
             model_type,
