@@ -39,7 +39,8 @@ const PIPELINE_DEPTH: usize = 2;
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// KV cache length in tokens; default min(model's training context, 4096).
+    /// KV cache length in tokens; default min(model's training context, 4096), grown when a
+    /// prompt does not fit (to the prompt plus up to 4096 tokens to generate).
     pub context_length: Option<usize>,
     /// Most tokens one prefill step processes (longer prompts run in chunks).
     pub max_batch: usize,

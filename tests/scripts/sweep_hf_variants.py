@@ -21,8 +21,10 @@ unit norms), which is what a plain `from_config(...).save_pretrained(...)` gives
 Usage:
     python3 tests/scripts/sweep_hf_variants.py [--bin target/release/ferrolm] [--only REGEX]
         [--init wide|hf] [--keep DIR] [--tol 0.01] [--list]
-    python3 tests/scripts/sweep_hf_variants.py --fixtures tests/fixtures/arch/variants --only REGEX
-        writes the selected variants as committed test fixtures (see `write_fixture`).
+    python3 tests/scripts/sweep_hf_variants.py --fixtures tests/fixtures/arch-variants [--only REGEX]
+        writes the FIXTURES variants as committed test fixtures (see `write_fixture`); then
+        python3 tests/scripts/make_arch_gguf.py --src tests/fixtures/arch-variants/phi3-longrope phi3
+        adds their GGUF conversion (llama.cpp conventions) of the Phi-3 one.
 
 Needs torch, transformers (5.x), safetensors, numpy; the ferrolm binary built with the cli feature.
 Natively on lavapipe: WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp.
@@ -51,8 +53,8 @@ VOCAB = 256
 BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=VOCAB, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 # Smaller still, for committed fixtures (a few tens of KB per folder in BF16).
-SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             vocab_size=128, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+             vocab_size=256, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 CLASSES = {"gemma": GemmaConfig, "llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config,
            "phi3": Phi3Config, "gemma2": Gemma2Config, "gemma3_text": Gemma3TextConfig, "gemma3": Gemma3Config}
@@ -449,38 +451,68 @@ def run_variant(v, binary, tol, keep=None, init="wide", gen=0):
     return results
 
 
-def write_fixture(v, root, prompts=None):
+def write_fixture(v, root):
     """A committed fixture: the saved folder plus reference.json with, for each prompt, the ids and
-    transformers' fp32 logits of the last position (full vocabulary)."""
+    transformers' fp32 logits of the last position (full vocabulary, one forward over the prompt),
+    and for the variant's `gen_prompt` the greedy tokens of transformers' generate() (KV cache,
+    stop tokens switched off) with each step's top1 - top2 margin."""
     d = os.path.join(root, v["name"])
     ref_model = save(v, d, "wide")
     vocab = v["base"]["vocab_size"]
     cases = []
-    for n in prompts or v["prompts"]:
+    for n in v["prompts"]:
         ids = prompt_ids(n, vocab, seed_of(v["name"]) + n)
         cases.append(dict(prompt=ids, logits=[round(float(x), 6) for x in reference_logits(ref_model, ids)]))
-    ref = dict(name=v["name"], family=v["family"], dtype=v["dtype"], shard=v["shard"], config_kwargs=v["cfg"],
-               cases=cases, versions=dict(torch=torch.__version__, transformers=transformers.__version__))
+    n = v["gen_prompt"]
+    ids = prompt_ids(n, vocab, seed_of(v["name"]) + n)
+    ref_model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = ref_model.generate(torch.tensor([ids]), max_new_tokens=FIXTURE_GEN, do_sample=False, output_scores=True,
+                                 return_dict_in_generate=True, pad_token_id=0)
+    greedy = dict(prompt=ids, tokens=[int(t) for t in out.sequences[0, len(ids):]],
+                  margins=[round(float(torch.topk(sc[0], 2).values.diff().abs()), 6) for sc in out.scores])
+    ref = dict(name=v["name"], family=v["family"], dtype=v["dtype"], shard=v["shard"], legacy=v["legacy"],
+               config_kwargs=v["cfg"], cases=cases, greedy=greedy,
+               versions=dict(torch=torch.__version__, transformers=transformers.__version__, seed=seed_of(v["name"])))
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f)
     size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
-    print(f"{v['name']}: {size / 1024:.0f} KB, prompts {[len(c['prompt']) for c in cases]}")
+    print(f"{v['name']}: {size / 1024:.0f} KB, prompts {[len(c['prompt']) for c in cases]}, "
+          f"greedy {n}+{FIXTURE_GEN} min margin {min(greedy['margins']):.3f}")
 
 
-# Variants committed as fixtures (tests/fixtures/arch/variants, crate/tests/arch_parity.rs):
-# the SMALL shapes in BF16/F16 keep each folder at a few tens of KB.
+# Variants committed as fixtures (tests/fixtures/arch-variants, crate/tests/arch_parity.rs), each
+# one a case the sweep found broken. SMALL shapes in BF16 keep each folder at a few tens of KB.
+FIXTURE_GEN = 10
 FIXTURES = [
-    V("llama-bias", "llama", dtype="bf16", base=SMALL, prompts=(1, 40), head_dim=16, attention_bias=True,
-      mlp_bias=True, tie_word_embeddings=True),
-    V("phi3-longrope", "phi3", dtype="bf16", base=SMALL, prompts=(1, 16, 17, 40), head_dim=16,
+    # Llama attention_bias (q/k/v/o biases) + mlp_bias (gate/up/down) + tied + intermediate 60
+    # (padded to 64 at load).
+    V("llama-bias", "llama", dtype="bf16", base=SMALL, prompts=(1, 40), attention_bias=True, mlp_bias=True,
+      tie_word_embeddings=True, intermediate_size=60),
+    # Phi-4-mini style: longrope with a tiny original context (16): prompts of 16 (short factors)
+    # and 17, 40 (long factors); the greedy run from 15 crosses 16, where Phi3ForCausalLM's
+    # generate() recomputes the cache with the long factors; partial rotary 0.75; window 12.
+    V("phi3-longrope", "phi3", dtype="bf16", base=SMALL, prompts=(1, 16, 17, 40), gen_prompt=15,
       original_max_position_embeddings=16, partial_rotary_factor=0.75, sliding_window=12,
       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
                            short_factor=SHORT6, long_factor=LONG6)),
-    V("gemma3-cg", "gemma3", dtype="bf16", base=SMALL, prompts=(1, 40), head_dim=16, sliding_window=8,
-      final_logit_softcapping=5.0, attention_bias=True, shard="30KB",
-      layer_types=["sliding_attention", "full_attention"],
+    # Gemma3ForConditionalGeneration: nested text_config, language_model.model.* tensors, a vision
+    # tower to ignore, 3 shards; o bias; linear rope on the global layer; its LM head has no final
+    # soft-cap although text_config sets one.
+    V("gemma3-cg", "gemma3", dtype="bf16", base=SMALL, prompts=(1, 40), head_dim=16, sliding_window=8, shard="40KB",
+      final_logit_softcapping=5.0, attention_bias=True, layer_types=["sliding_attention", "full_attention"],
       rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
                        "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1e6)}),
+    # Dynamic NTK with max_position_embeddings 16 < prompt 40: the context grows past the
+    # default (max_position_embeddings) and the base follows the sequence length.
+    V("llama-dynamic", "llama", dtype="f16", base=SMALL, prompts=(1, 40), gen_prompt=13, max_position_embeddings=16,
+      rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
+    # Qwen3 YaRN in the transformers 4.x layout (rope_scaling), mscale terms.
+    V("qwen3-yarn", "qwen3", dtype="bf16", base=SMALL, prompts=(1, 40), legacy=True, head_dim=16,
+      rope_parameters=dict(rope_type="yarn", rope_theta=1e6, factor=8.0, original_max_position_embeddings=16,
+                           mscale=1.0, mscale_all_dim=0.5)),
+    # Gemma 1: no post-norms, head_dim^-0.5 scaling.
+    V("gemma1", "gemma", dtype="bf16", base=SMALL, prompts=(1, 40), head_dim=16),
 ]
 
 
