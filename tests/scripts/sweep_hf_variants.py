@@ -155,6 +155,7 @@ VARIANTS = [
         rope_type="yarn", rope_theta=1e6, factor=8.0, original_max_position_embeddings=16, beta_fast=16.0,
         beta_slow=2.0, mscale=1.0, mscale_all_dim=0.5)),
     V("qwen3-legacy", "qwen3", head_dim=32, legacy=True, dtype="bf16", tie_word_embeddings=True),
+    V("qwen3-head_dim-default", "qwen3"),
     # --- Mistral
     V("mistral-nowindow", "mistral", sliding_window=None),
     V("mistral-window8", "mistral", sliding_window=8),
@@ -214,6 +215,7 @@ VARIANTS = [
       attn_logit_softcapping=10.0, attention_bias=True),
     V("gemma3-bf16-sharded", "gemma3_text", head_dim=32, sliding_window=8, dtype="bf16", shard="50KB"),
     V("gemma3-7layers-pattern6", "gemma3_text", head_dim=16, num_hidden_layers=7, sliding_window=6),
+    V("gemma3-defaults-hd256", "gemma3_text", sliding_window=16, num_attention_heads=2, num_key_value_heads=1),
     V("gemma3-legacy", "gemma3_text", head_dim=16, num_hidden_layers=3, sliding_window=8, legacy=True,
       layer_types=["sliding_attention", "sliding_attention", "full_attention"],
       rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=1000.0),
