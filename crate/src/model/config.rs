@@ -243,13 +243,8 @@ impl ModelConfig {
         match &self.rope_dynamic {
             None => 0,
             Some(RopeDynamic::LongRope { original, .. }) => (prompt_len > *original) as usize,
-            Some(RopeDynamic::Ntk { max_positions, .. }) => {
-                if prompt_len > *max_positions {
-                    prompt_len
-                } else {
-                    0
-                }
-            }
+            Some(RopeDynamic::Ntk { max_positions, .. }) if prompt_len > *max_positions => prompt_len,
+            Some(RopeDynamic::Ntk { .. }) => 0,
         }
     }
 
