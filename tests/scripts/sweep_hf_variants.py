@@ -67,13 +67,14 @@ LONG6 = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
 
 
 def V(name, family, prompts=(1, 40), dtype="f32", shard=None, base=BASE, legacy=False, gen_prompt=None, refused=None,
-      **cfg):
+      rename=None, **cfg):
     """A variant: config kwargs `cfg` over `base`; `legacy` rewrites the saved config.json into the
     transformers 4.x layout (rope_theta + rope_scaling, torch_dtype; see `to_legacy_layout`);
     `gen_prompt`: prompt length of the --gen check (default: the first of `prompts`); `refused`: a
-    known limitation, passing when ferrolm refuses the folder with an error containing this text."""
+    known limitation, passing when ferrolm refuses the folder with an error containing this text;
+    `rename`: (old, new) tensor-name prefix rewritten in the saved (single-file) weights."""
     return dict(name=name, family=family, prompts=list(prompts), dtype=dtype, shard=shard, base=base, cfg=cfg,
-                legacy=legacy, gen_prompt=gen_prompt or prompts[0], refused=refused)
+                legacy=legacy, gen_prompt=gen_prompt or prompts[0], refused=refused, rename=rename)
 
 
 def gemma3_vision():
@@ -229,6 +230,9 @@ VARIANTS = [
       dtype="bf16", shard="40KB"),
     V("gemma3-cg-softcap", "gemma3", head_dim=16, sliding_window=8, final_logit_softcapping=5.0),
     V("gemma3-cg-untied", "gemma3", head_dim=16, sliding_window=8, tie_word_embeddings=False),
+    # The module names of transformers 5 (model.language_model.*) instead of the saved ones.
+    V("gemma3-cg-v5-names", "gemma3", head_dim=16, sliding_window=8, tie_word_embeddings=False,
+      rename=("language_model.model.", "model.language_model.")),
     V("gemma3-cg-legacy", "gemma3", head_dim=16, sliding_window=8, legacy=True, num_hidden_layers=3,
       layer_types=["sliding_attention", "sliding_attention", "full_attention"],
       rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=1000.0),
@@ -295,6 +299,13 @@ def save(v, out, init="wide"):
     model.to(dt).save_pretrained(out, **kw)
     if v.get("legacy"):
         to_legacy_layout(out, v["family"])
+    if v.get("rename"):
+        from safetensors.torch import load_file, save_file
+        old, new = v["rename"]
+        path = os.path.join(out, "model.safetensors")
+        t = load_file(path)
+        save_file({(new + k[len(old):] if k.startswith(old) else k): x for k, x in t.items()}, path,
+                  metadata={"format": "pt"})
     return load_reference(out, v["family"])
 
 
