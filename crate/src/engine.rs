@@ -39,7 +39,8 @@ const PIPELINE_DEPTH: usize = 2;
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// KV cache length in tokens; default min(model's training context, 4096).
+    /// KV cache length in tokens; default min(model's training context, 4096), grown when a
+    /// prompt does not fit (to the prompt plus up to 4096 tokens to generate).
     pub context_length: Option<usize>,
     /// Most tokens one prefill step processes (longer prompts run in chunks).
     pub max_batch: usize,
@@ -70,6 +71,12 @@ pub struct Runtime {
     pub max_batch: usize,
     /// Tokens currently in the KV cache.
     pub pos: usize,
+    /// The context length was chosen by the caller (else a prompt that does not fit grows it).
+    context_fixed: bool,
+    /// The caller's max_batch before it was limited to the context.
+    max_batch_opt: usize,
+    /// `ModelConfig::rope_table_key` of the rotary table in `bufs.rope`.
+    rope_key: usize,
 }
 
 pub struct Engine {
@@ -106,7 +113,47 @@ impl Runtime {
         let readback = gpu.readback_buffer("logits readback", cfg.vocab as u64 * 4);
         let token_readback = (0..forward::TOKEN_SLOTS).map(|i| gpu.readback_buffer(&format!("token {i}"), 4)).collect();
         gpu.check()?;
-        Ok(Runtime { gpu, cfg, weights, bufs, decode, prefill, readback, token_readback, context, max_batch, pos: 0 })
+        let rope_key = cfg.rope_table_key(1);
+        Ok(Runtime {
+            gpu,
+            cfg,
+            weights,
+            bufs,
+            decode,
+            prefill,
+            readback,
+            token_readback,
+            context,
+            max_batch,
+            pos: 0,
+            context_fixed: opts.context_length.is_some(),
+            max_batch_opt: opts.max_batch,
+            rope_key,
+        })
+    }
+
+    /// Reallocate activations and the KV cache for a longer context (the cache is emptied) and
+    /// rebuild both programs.
+    pub fn grow_context(&mut self, context: usize) -> Result<()> {
+        let max_batch = self.max_batch_opt.min(context);
+        let bufs = Buffers::new(&self.gpu, &self.cfg, max_batch, context)?;
+        let decode = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, false)?;
+        let prefill = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, true)?;
+        (self.bufs, self.decode, self.prefill) = (bufs, decode, prefill);
+        (self.context, self.max_batch, self.pos) = (context, max_batch, 0);
+        self.rope_key = self.cfg.rope_table_key(1);
+        self.gpu.check()
+    }
+
+    /// Before a new sequence of `prompt_len` tokens: the rotary table it needs, when the model's
+    /// frequencies depend on the length (longrope, dynamic NTK; `forward::rope_table_for`).
+    fn prepare_rope(&mut self, prompt_len: usize) {
+        let key = self.cfg.rope_table_key(prompt_len);
+        if key != self.rope_key {
+            let table = forward::rope_table_for(&self.cfg, prompt_len, self.context);
+            self.gpu.queue.write_buffer(&self.bufs.rope, 0, bytemuck::cast_slice(&table));
+            self.rope_key = key;
+        }
     }
 }
 
@@ -272,6 +319,12 @@ impl Engine {
     pub async fn start(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation> {
         let sampler = Sampler::new(opts.sampling.clone())?;
         let gpu_greedy = opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0 && !opts.cpu_sampling;
+        // A default-sized context grows to hold a longer prompt and the tokens asked for (up to
+        // 4096 more; the model's training context is not a limit: transformers does not enforce
+        // it either). A prompt that fits keeps the context, and generation stops at its end.
+        if prompt.len() >= self.rt.context && !self.rt.context_fixed {
+            self.rt.grow_context(prompt.len() + opts.max_tokens.clamp(1, 4096))?;
+        }
         if prompt.len() >= self.rt.context {
             return Err(Error::ContextOverflow {
                 tokens: prompt.len(),
@@ -316,6 +369,18 @@ impl Engine {
         if g.tokens.len() >= g.max_tokens {
             return Ok(g.finish(StopReason::Length));
         }
+        // Phi-3 longrope: the step that reaches original + 1 positions recomputes the whole
+        // sequence with the long factors, as transformers' generate() does (it drops its cache
+        // there); its logits then give this step's token.
+        if g.logits.is_none()
+            && g.inflight.is_empty()
+            && self.rt.pos + 1 == g.history.len()
+            && self.rt.pos < self.rt.context
+            && self.rt.cfg.rope_recompute_at(self.rt.rope_key, g.history.len())
+        {
+            self.rt.pos = 0;
+            g.logits = Some(self.rt.forward(&g.history).await?);
+        }
         let id = if let Some(logits) = g.logits.take() {
             // The first token comes from the prompt's logits (which also give top_logits).
             let id = g.sampler.sample(&logits, &g.history);
@@ -327,6 +392,7 @@ impl Engine {
             while g.inflight.len() < PIPELINE_DEPTH
                 && g.tokens.len() + g.inflight.len() < g.max_tokens
                 && self.rt.pos < self.rt.context
+                && !self.rt.cfg.rope_recompute_at(self.rt.rope_key, self.rt.pos + 1)
             {
                 let slot = g.submitted % forward::TOKEN_SLOTS;
                 let sub = self.rt.submit_greedy(g.feed.take(), slot)?;
@@ -523,6 +589,9 @@ impl Runtime {
     /// the last one. Long inputs go through in chunks of `max_batch`.
     pub async fn forward(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
         self.check_ids(ids)?;
+        if self.pos == 0 {
+            self.prepare_rope(ids.len());
+        }
         let chunks: Vec<&[u32]> = ids.chunks(self.max_batch).collect();
         let mut last = None;
         for (i, chunk) in chunks.iter().enumerate() {

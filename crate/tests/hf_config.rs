@@ -19,7 +19,7 @@ fn rel(a: f64, b: f64) -> f64 {
 fn rope_inv_freq_matches_transformers() {
     let cases: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(arch_dir().join("rope.json")).unwrap()).unwrap();
-    assert!(cases.len() >= 12);
+    assert!(cases.len() >= 16);
     let (mut worst64, mut worst32) = (0f64, 0f64);
     for c in &cases {
         let name = c["name"].as_str().unwrap();
@@ -189,8 +189,12 @@ fn legacy_and_nested_layouts() {
     assert!(with(json!({"num_key_value_heads": 3})).is_err());
     let bad_longrope = json!({"rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}});
     assert!(with(bad_longrope).is_err());
+    // YaRN is computed (rope.json checks its values); a type transformers has and we do not is refused.
     let yarn = with(json!({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}})).unwrap();
-    assert!(yarn.rope_inv_freq(LayerKind::Full, None).is_err());
+    assert_eq!(yarn.rope.original_max_position_embeddings, Some(4096));
+    assert!(yarn.rope_inv_freq(LayerKind::Full, None).is_ok());
+    let other = with(json!({"rope_scaling": {"rope_type": "proportional", "factor": 4.0}})).unwrap();
+    assert!(other.rope_inv_freq(LayerKind::Full, None).is_err());
     assert!(HfConfig::from_json("[1]").is_err() && HfConfig::from_json("<html>").is_err());
 }
 
@@ -215,4 +219,94 @@ fn generation_and_tokenizer_configs() {
     assert_eq!((t.chat_template.as_deref(), t.chat_templates.len(), t.bos_token), (Some("D"), 2, None));
     assert!(TokenizerConfig::from_json(r#"{"chat_template": 3}"#).is_err());
     assert!(TokenizerConfig::from_json(r#"{"eos_token": {"x": 1}}"#).is_err());
+}
+
+#[test]
+fn family_rules_for_biases_windows_and_wrappers() {
+    use ferrolm::model::ModelConfig;
+    let base = json!({"hidden_size": 64, "intermediate_size": 100, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "vocab_size": 10});
+    let with = |extra: Value| {
+        let mut v = base.clone();
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        HfConfig::from_json(&v.to_string()).unwrap()
+    };
+    // Which projections carry biases follows each family's modeling code, not the key alone.
+    let flags = |c: &HfConfig| (c.qkv_bias, c.o_bias, c.mlp_bias);
+    let bias = json!({"attention_bias": true, "mlp_bias": true});
+    for (family, want) in [
+        ("llama", (true, true, true)),
+        ("qwen2", (true, false, false)),
+        ("qwen3", (true, true, false)),
+        ("gemma2", (true, true, false)),
+        ("mistral", (false, false, false)),
+        ("phi3", (false, false, false)),
+    ] {
+        let mut extra = bias.clone();
+        extra["model_type"] = json!(family);
+        assert_eq!(flags(&with(extra)), want, "{family}");
+    }
+    assert_eq!(flags(&with(json!({"model_type": "qwen2"}))), (true, false, false));
+    // Phi-3 slides every layer when it names a window; a layer marked sliding without a window
+    // attends fully.
+    let p = with(json!({"model_type": "phi3", "sliding_window": 12}));
+    assert_eq!((p.layer_types.clone(), p.sliding_window), (vec![LayerKind::Sliding; 2], Some(12)));
+    let q = with(json!({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}));
+    assert_eq!((q.layer_types.clone(), q.sliding_window), (vec![LayerKind::Full; 2], None));
+    // Gemma 1: head_dim^-0.5 scaling, legacy "gelu" is the tanh approximation, no post-norms.
+    let g = with(json!({"model_type": "gemma", "hidden_act": "gelu", "head_dim": 16}));
+    assert_eq!((g.query_pre_attn_scalar, g.hidden_act.as_str()), (None, "gelu_pytorch_tanh"));
+    let m = ModelConfig::from_hf(&g).unwrap();
+    assert!(!m.post_norms && m.norm_offset == 1.0 && m.gelu);
+    assert!((m.attn_scale - 0.25).abs() < 1e-12);
+    // The intermediate size is padded to the kernels' multiple of 8.
+    assert_eq!(m.ffn, 104);
+    // Gemma3ForConditionalGeneration: the wrapper's tie flag decides, and its LM head has no
+    // final soft-cap.
+    let cg = json!({"model_type": "gemma3", "tie_word_embeddings": false, "text_config": {"model_type": "gemma3_text",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 16,
+        "vocab_size": 10, "tie_word_embeddings": true, "final_logit_softcapping": 5.0, "sliding_window": 8}});
+    let c = HfConfig::from_json(&cg.to_string()).unwrap();
+    assert_eq!((c.tie_word_embeddings, c.final_logit_softcapping), (false, Some(5.0)));
+    assert_eq!(ModelConfig::from_hf(&c).unwrap().final_softcap, 0.0);
+    let mut text = cg["text_config"].clone();
+    text["model_type"] = json!("gemma3_text");
+    let t = ModelConfig::from_hf(&HfConfig::from_json(&text.to_string()).unwrap()).unwrap();
+    assert_eq!((t.final_softcap, t.tied_embeddings), (5.0, true));
+}
+
+#[test]
+fn length_dependent_rope_tables() {
+    use ferrolm::model::forward::rope_table_for;
+    use ferrolm::model::ModelConfig;
+    // Phi-3 longrope with original context 4: position p of a generation rotates with the long
+    // factors once max(prompt, p + 1) > 4 (a prompt past 4 uses them everywhere).
+    let phi = json!({"model_type": "phi3", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "vocab_size": 10, "max_position_embeddings": 16, "original_max_position_embeddings": 4,
+        "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": vec![1.0; 8],
+        "long_factor": vec![2.0; 8]}});
+    let cfg = ModelConfig::from_hf(&HfConfig::from_json(&phi.to_string()).unwrap()).unwrap();
+    let att = (1.0 + 4f64.ln() / 4f64.ln()).sqrt();
+    let angle = |t: &[f32], p: usize| (t[p * 16 + 1] as f64 / att).atan2(t[p * 16] as f64 / att);
+    let short = rope_table_for(&cfg, 1, 16);
+    let long = rope_table_for(&cfg, 5, 16);
+    assert_eq!((cfg.rope_table_key(4), cfg.rope_table_key(5)), (0, 1));
+    assert!((angle(&short, 3) - 3.0).abs() < 1e-6, "short factor 1 at position 3");
+    assert!((angle(&short, 4) - 2.0).abs() < 1e-6, "long factor 2 from position 4 on");
+    assert!((angle(&long, 3) - 1.5).abs() < 1e-6, "a 5-token prompt uses the long factors everywhere");
+    assert!(cfg.rope_recompute_at(0, 5) && !cfg.rope_recompute_at(1, 6));
+    // Dynamic NTK: the base grows with max(prompt, p + 1) past max_position_embeddings.
+    let dynamic = json!({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "vocab_size": 10, "max_position_embeddings": 4,
+        "rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}});
+    let cfg = ModelConfig::from_hf(&HfConfig::from_json(&dynamic.to_string()).unwrap()).unwrap();
+    let table = rope_table_for(&cfg, 1, 8);
+    for p in [2usize, 6] {
+        let s = (p + 1).max(4) as f64;
+        let base = 10000f64 * (2.0 * s / 4.0 - 1.0).powf(16.0 / 14.0);
+        let want = p as f64 / base.powf(2.0 / 16.0);
+        let got = (table[p * 16 + 3] as f64).atan2(table[p * 16 + 2] as f64);
+        assert!((got - want).abs() < 1e-6, "position {p}: {got} vs {want}");
+    }
+    assert!(!cfg.rope_recompute_at(0, 7), "only Phi-3 recomputes its cache");
 }

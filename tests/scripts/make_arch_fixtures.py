@@ -164,6 +164,22 @@ def rope_port(cfg, layer_type, seq_len):
         smoothed = (1 - smooth) * scaled / f + smooth * scaled
         medium = ~(wl < old / hi) & ~(wl > old / lo)
         inv = np.where(medium, smoothed, scaled)
+    elif t == "yarn":
+        f, orig = rp["factor"], rp["original_max_position_embeddings"]
+        beta_fast, beta_slow = rp.get("beta_fast") or 32, rp.get("beta_slow") or 1
+        corr = lambda rot: dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))  # noqa: E731
+        low, high = corr(beta_fast), corr(beta_slow)
+        if rp.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        keep = 1 - np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        inv = inv / f * (1 - keep) + inv * keep
+        mscale = lambda s, m=1.0: 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0  # noqa: E731
+        attention = rp.get("attention_factor") or (
+            mscale(f, rp["mscale"]) / mscale(f, rp["mscale_all_dim"]) if rp.get("mscale") and rp.get("mscale_all_dim")
+            else mscale(f))
     elif t == "longrope":
         orig = rp["original_max_position_embeddings"]
         ext = np.array(rp["long_factor"] if seq_len and seq_len > orig else rp["short_factor"], dtype=np.float64)
@@ -254,22 +270,36 @@ def run_family(family, out_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/arch")
+    ap.add_argument("--rope-only", action="store_true",
+                    help="rewrite rope.json only, from the configs already in --out (no models)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
     rope = []
     for fam in FAMILIES:
-        rope += run_family(fam, args.out)
+        if args.rope_only:
+            cls, extra = FAMILIES[fam]
+            with open(os.path.join(args.out, fam, "config.json")) as f:
+                rope += rope_cases(cls(**{**COMMON, **extra}), fam, json.load(f))
+        else:
+            rope += run_family(fam, args.out)
     for name, raw in [("llama-3.2-1b", LLAMA_32_1B), ("phi-3-mini-128k", PHI3_MINI_128K)]:
         cfg = CONFIG_CLASSES[raw["model_type"]](**{k: v for k, v in raw.items() if k != "model_type"})
         rope += rope_cases(cfg, name, raw, seq_lens=(None, 200000) if name.startswith("phi") else (None,))
-    # Extra rope types not used by a tiny model: linear and dynamic NTK on a Llama shape.
-    for t, extra in [("linear", dict(factor=4.0)), ("dynamic", dict(factor=2.0))]:
+    # Extra rope types not used by a tiny model: linear, dynamic NTK and YaRN on a Llama shape
+    # (YaRN as Qwen2.5 / Qwen3 publish it, and with every optional key set).
+    for t, extra in [("linear", dict(factor=4.0)), ("dynamic", dict(factor=2.0)),
+                     ("yarn", dict(factor=4.0, original_max_position_embeddings=512)),
+                     ("yarn", dict(factor=8.0, original_max_position_embeddings=256, beta_fast=16.0, beta_slow=2.0,
+                                   mscale=1.0, mscale_all_dim=0.5, truncate=False))]:
         raw = {**LLAMA_32_1B, "rope_scaling": dict(rope_type=t, **extra), "max_position_embeddings": 2048}
         cfg = LlamaConfig(**{k: v for k, v in raw.items() if k != "model_type"})
-        rope += rope_cases(cfg, f"llama-{t}", raw, seq_lens=(None, 5000) if t == "dynamic" else (None,))
+        name = f"llama-{t}" + ("-mscale" if "mscale" in extra else "")
+        rope += rope_cases(cfg, name, raw, seq_lens=(None, 5000) if t == "dynamic" else (None,))
     with open(os.path.join(args.out, "rope.json"), "w") as f:
         json.dump(rope, f)
+    if args.rope_only:
+        return
     versions = dict(torch=torch.__version__, transformers=transformers.__version__, numpy=np.__version__,
                     python=platform.python_version(), seed=SEED)
     with open(os.path.join(args.out, "versions.json"), "w") as f:

@@ -217,8 +217,19 @@ def llama3_rope_freqs(hp: dict, rp: dict, hf_faithful: bool) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool) -> Path:
-    d = ARCH_DIR / family
+def load_tensors(d: Path) -> dict:
+    """The checkpoint's tensors in file order, as float32 numpy arrays (BF16 through torch:
+    numpy has no bfloat16)."""
+    try:
+        return load_file(str(d / "model.safetensors"))
+    except TypeError:
+        from safetensors import safe_open
+        with safe_open(str(d / "model.safetensors"), "pt") as f:
+            return {k: f.get_tensor(k).float().numpy() for k in f.keys()}
+
+
+def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: Path | None = None) -> Path:
+    d = src or ARCH_DIR / family
     hp = load_hparams(d)
     rp = rope_parameters_of(hp)
     hf_arch = hp["architectures"][0]
@@ -306,7 +317,7 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool) -> Pat
         raise NotImplementedError(arch_name)
 
     # ---- tensors (ModelBase.prepare_tensors + per-arch modify_tensors) ---------------------
-    st = load_file(str(d / "model.safetensors"))
+    st = load_tensors(d)
     tensors: list[tuple[str, np.ndarray]] = list(extra)
     for name, data in st.items():
         data = np.asarray(data, dtype=np.float32)
@@ -409,7 +420,16 @@ def main():
     ap.add_argument("--out-dir", type=Path, default=None,
                     help="write <out-dir>/<family>/model.gguf instead of into the fixture folders")
     ap.add_argument("--check", action="store_true", help="dump each written file with GGUFReader")
+    ap.add_argument("--src", type=Path, default=None,
+                    help="convert this folder (one family given) into <src>/model.gguf instead of the fixture")
     a = ap.parse_args()
+    if a.src:
+        assert len(a.families) == 1, "--src converts one folder: name its family"
+        out = convert(a.families[0], a.src / "model.gguf", a.outtype, False, a.src)
+        print(f"wrote {out} ({out.stat().st_size} bytes)")
+        if a.check:
+            check(a.families[0], out)
+        return
     jobs = []
     for fam in a.families:
         base = a.out_dir / fam if a.out_dir else ARCH_DIR / fam

@@ -85,7 +85,8 @@ struct ModelArgs {
     /// Quantize a folder's F32/F16/BF16 weights at load: none, q8_0 or q4_0.
     #[arg(long, default_value = "none")]
     quantize: String,
-    /// KV cache length in tokens (default: min(training context, 4096)).
+    /// KV cache length in tokens (default: min(training context, 4096), grown to hold a longer
+    /// prompt plus --max-tokens).
     #[arg(long)]
     context: Option<usize>,
 }

@@ -25,8 +25,12 @@ pub struct ModelConfig {
     /// Per-frequency divisors (Llama 3 rope scaling, Phi-3 longrope), if any.
     pub rope_freq_factors: Option<Vec<f32>>,
     pub rope_linear_scale: f64,
-    /// Added q/k/v biases (Qwen2).
+    /// Added q/k/v biases (Qwen2; Llama, Qwen3 and Gemma with `attention_bias`).
     pub qkv_bias: bool,
+    /// Added output-projection bias (`attention_bias` on Llama, Qwen3, Gemma).
+    pub o_bias: bool,
+    /// Added gate/up/down biases (Llama's `mlp_bias`).
+    pub mlp_bias: bool,
     pub tied_embeddings: bool,
     /// Inverse rotary frequencies given by the model folder (HF rope types); `None`: from theta.
     pub rope_inv: Option<Vec<f64>>,
@@ -34,9 +38,9 @@ pub struct ModelConfig {
     pub rope_local_inv: Option<Vec<f64>>,
     /// cos/sin multiplier (Phi-3 longrope's attention factor).
     pub rope_attn_factor: f64,
-    /// Longrope: past this many positions transformers switches to the long factors, which are
-    /// these frequencies; the engine picks the table per generation.
-    pub rope_long: Option<(usize, Vec<f64>)>,
+    /// Rotary frequencies that depend on the sequence length (longrope, dynamic NTK); the engine
+    /// rebuilds the table for each prompt (see `rope_table_key`).
+    pub rope_dynamic: Option<RopeDynamic>,
     /// Added to every norm weight: Gemma's (1 + w) in HF files (GGUF stores w + 1 already).
     pub norm_offset: f32,
     /// Embeddings are multiplied by this (Gemma: sqrt(hidden)).
@@ -55,6 +59,21 @@ pub struct ModelConfig {
     /// Sliding window in positions (0: none) and which layers use it.
     pub sliding_window: usize,
     pub layer_sliding: Vec<bool>,
+}
+
+/// How transformers' `dynamic_rope_update` changes the rotary frequencies of full-attention layers
+/// with the sequence length `s` of a forward call (s = last position + 1).
+#[derive(Clone, Debug, serde::Serialize)]
+pub enum RopeDynamic {
+    /// Longrope (Phi-3): the short factors' frequencies (`rope_inv`) while s <= `original`, the
+    /// long factors' (`long`) past it. The attention factor is the same for both. `recompute`:
+    /// when a KV-cached generation reaches s = original + 1, the cache is dropped and the whole
+    /// sequence recomputed with the long factors (Phi3ForCausalLM.prepare_inputs_for_generation);
+    /// without it the cached keys keep their short-factor rotation.
+    LongRope { original: usize, long: Vec<f64>, recompute: bool },
+    /// Dynamic NTK: while s <= `max_positions` the initial frequencies, past it the base becomes
+    /// theta * (factor * s / max_positions - (factor - 1))^(dim / (dim - 2)).
+    Ntk { max_positions: usize, factor: f64, theta: f64, dim: usize },
 }
 
 /// Which layers use the sliding window, the way llama.cpp sets them for each architecture:
@@ -146,7 +165,8 @@ impl ModelConfig {
             rope_inv: None,
             rope_local_inv: None,
             rope_attn_factor: g.get_f64(&k("rope.scaling.attn_factor"))?.unwrap_or(1.0),
-            rope_long: None,
+            // Filled by the loader for Phi-3 files with both `rope_factors_*` tensors.
+            rope_dynamic: None,
             // llama.cpp's converter already added Gemma's 1 to the norm weights.
             norm_offset: 0.0,
             embed_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
@@ -159,7 +179,10 @@ impl ModelConfig {
             sliding_window: g.get_u64(&k("attention.sliding_window"))?.unwrap_or(0) as usize,
             layer_sliding: gguf_sliding_layers(g, &arch, n_layers)?,
             rope_linear_scale,
-            qkv_bias,
+            // Biases are where the file has them (llama.cpp writes whichever the model had).
+            qkv_bias: qkv_bias || g.tensor("blk.0.attn_q.bias").is_some(),
+            o_bias: g.tensor("blk.0.attn_output.bias").is_some(),
+            mlp_bias: g.tensor("blk.0.ffn_down.bias").is_some(),
             tied_embeddings: g.tensor("output.weight").is_none(),
         };
         let mut cfg = cfg;
@@ -214,6 +237,38 @@ impl ModelConfig {
         self.n_kv_heads * self.head_dim
     }
 
+    /// Which rotary table a generation whose prompt has `prompt_len` tokens needs: equal keys,
+    /// equal tables (0 for every prompt when the frequencies never change).
+    pub fn rope_table_key(&self, prompt_len: usize) -> usize {
+        match &self.rope_dynamic {
+            None => 0,
+            Some(RopeDynamic::LongRope { original, .. }) => (prompt_len > *original) as usize,
+            Some(RopeDynamic::Ntk { max_positions, .. }) if prompt_len > *max_positions => prompt_len,
+            Some(RopeDynamic::Ntk { .. }) => 0,
+        }
+    }
+
+    /// Whether a KV-cached generation that reaches `seq_len` positions, having started with a
+    /// prompt whose table key is `key`, must recompute its cache from scratch (Phi-3 longrope).
+    pub fn rope_recompute_at(&self, key: usize, seq_len: usize) -> bool {
+        matches!(self.rope_dynamic, Some(RopeDynamic::LongRope { recompute: true, .. }))
+            && self.rope_table_key(seq_len) != key
+    }
+
+    /// Inverse frequencies of full-attention layers for a forward call over a sequence of
+    /// `seq_len` positions (transformers' `dynamic_rope_update`).
+    pub fn rope_inv_freq_at(&self, seq_len: usize) -> Vec<f64> {
+        match &self.rope_dynamic {
+            Some(RopeDynamic::LongRope { original, long, .. }) if seq_len > *original => long.clone(),
+            Some(RopeDynamic::Ntk { max_positions, factor, theta, dim }) if seq_len > *max_positions => {
+                let (s, m, d) = (seq_len as f64, *max_positions as f64, *dim as f64);
+                let base = theta * (factor * s / m - (factor - 1.0)).powf(d / (d - 2.0));
+                (0..dim / 2).map(|i| 1.0 / base.powf((2 * i) as f64 / d)).collect()
+            }
+            _ => self.rope_inv_freq(),
+        }
+    }
+
     /// Inverse frequencies of the rotary embedding, in f64.
     pub fn rope_inv_freq(&self) -> Vec<f64> {
         if let Some(v) = &self.rope_inv {
@@ -252,8 +307,19 @@ impl ModelConfig {
             Some(_) => Some(h.rope_inv_freq(LayerKind::Sliding, None)?),
             None => None,
         };
-        let rope_long = match (h.rope.rope_type.as_str(), h.rope.original_max_position_embeddings) {
-            ("longrope", Some(orig)) => Some((orig as usize, h.rope_inv_freq(LayerKind::Full, Some(orig + 1))?)),
+        // transformers re-evaluates these rope types per forward call (`dynamic_rope_update`).
+        let rope_dynamic = match (h.rope.rope_type.as_str(), h.rope.original_max_position_embeddings) {
+            ("longrope", Some(orig)) => Some(RopeDynamic::LongRope {
+                original: orig as usize,
+                long: h.rope_inv_freq(LayerKind::Full, Some(orig + 1))?,
+                recompute: family == "phi3",
+            }),
+            ("dynamic", _) => Some(RopeDynamic::Ntk {
+                max_positions: h.max_position_embeddings as usize,
+                factor: h.rope.factor.ok_or_else(|| Error::Model("config.json: dynamic rope needs factor".into()))?,
+                theta: h.rope.theta,
+                dim: rope_dim,
+            }),
             _ => None,
         };
         let layer_sliding: Vec<bool> = if h.layer_types.len() == n_layers {
@@ -278,7 +344,8 @@ impl ModelConfig {
             n_heads: h.num_attention_heads,
             n_kv_heads: h.num_key_value_heads,
             head_dim: h.head_dim,
-            ffn: h.intermediate_size,
+            // Padded to the kernels' step of 8 by the loader (see HfModel::load).
+            ffn: h.intermediate_size.next_multiple_of(8),
             vocab: h.vocab_size,
             context_train: h.max_position_embeddings as usize,
             rms_eps: h.rms_norm_eps as f32,
@@ -289,19 +356,28 @@ impl ModelConfig {
             rope_freq_factors: None,
             rope_linear_scale: 1.0,
             qkv_bias: h.qkv_bias,
+            o_bias: h.o_bias,
+            mlp_bias: h.mlp_bias,
             tied_embeddings: h.tie_word_embeddings,
             rope_inv: Some(rope_inv),
             rope_local_inv,
             rope_attn_factor: h.rope_attention_factor(LayerKind::Full),
-            rope_long,
+            rope_dynamic,
             norm_offset: if gemma { 1.0 } else { 0.0 },
             embed_scale: if gemma { (h.hidden_size as f32).sqrt() } else { 1.0 },
             gelu,
             attn_scale: 1.0 / h.query_pre_attn_scalar.unwrap_or(h.head_dim as f64).sqrt(),
             attn_softcap: h.attn_logit_softcapping.unwrap_or(0.0) as f32,
-            final_softcap: h.final_logit_softcapping.unwrap_or(0.0) as f32,
+            // Gemma3ForConditionalGeneration (the multimodal wrapper, which AutoModelForCausalLM
+            // also builds for model_type gemma3) applies its LM head without the final soft-cap
+            // that Gemma3ForCausalLM applies.
+            final_softcap: match h.outer_model_type.as_deref() {
+                Some("gemma3") => 0.0,
+                _ => h.final_logit_softcapping.unwrap_or(0.0) as f32,
+            },
             qk_norm: h.qk_norm,
-            post_norms: gemma,
+            // Gemma 1 has Llama's two norms per layer; Gemma 2/3 add the post-norms.
+            post_norms: gemma && family != "gemma",
             sliding_window: h.sliding_window.unwrap_or(0) as usize,
             layer_sliding,
         };

@@ -121,7 +121,7 @@ impl Buffers {
             }
             kv.push(buf(&format!("kv.{i}"), kv_bytes)?);
         }
-        let table = rope_table(&cfg.rope_inv_freq(), cfg.rope_attn_factor, context);
+        let table = rope_table_for(cfg, 1, context);
         let local = match &cfg.rope_local_inv {
             Some(inv) => {
                 let t = rope_table(inv, 1.0, context);
@@ -166,6 +166,32 @@ pub fn rope_table(inv: &[f64], factor: f64, context: usize) -> Vec<f32> {
             let a = p as f64 * f;
             t.push((a.cos() * factor) as f32);
             t.push((a.sin() * factor) as f32);
+        }
+    }
+    t
+}
+
+/// The rotary table of full-attention layers for a generation whose prompt has `prompt_len`
+/// tokens. transformers evaluates length-dependent rope types (longrope, dynamic NTK) once per
+/// forward call at s = last position + 1: the prompt in one call, then one call per generated
+/// token, whose keys stay in the cache as they were rotated. So position p rotates with the
+/// frequencies for s = max(prompt_len, p + 1).
+pub fn rope_table_for(cfg: &ModelConfig, prompt_len: usize, context: usize) -> Vec<f32> {
+    if cfg.rope_dynamic.is_none() {
+        return rope_table(&cfg.rope_inv_freq(), cfg.rope_attn_factor, context);
+    }
+    let mut t = Vec::with_capacity(context * cfg.rope_dim);
+    let (mut key, mut inv) = (usize::MAX, Vec::new());
+    for p in 0..context {
+        let s = prompt_len.max(p + 1);
+        if cfg.rope_table_key(s) != key {
+            key = cfg.rope_table_key(s);
+            inv = cfg.rope_inv_freq_at(s);
+        }
+        for &f in &inv {
+            let a = p as f64 * f;
+            t.push((a.cos() * cfg.rope_attn_factor) as f32);
+            t.push((a.sin() * cfg.rope_attn_factor) as f32);
         }
     }
     t
@@ -514,16 +540,16 @@ pub fn build(
         let (o_out, down_out) = if cfg.post_norms { (&bf.tmp, &bf.tmp) } else { (&bf.x, &bf.x) };
         let acc = !cfg.post_norms;
         if batched {
-            p.matmul("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc);
+            p.matmul("o", &lw.wo, &bf.attn, o_out, &lw.vecs, off.o_bias, acc);
         } else {
-            p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, None, false);
+            p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false);
         }
         if let Some(pn) = off.post_attn_norm {
             p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);
         }
         if batched {
             p.rmsnorm(&bf.x, &lw.vecs, off.ffn_norm, &bf.xn, false, false);
-            p.matmul("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, None, false);
+            p.matmul("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, off.gate_up_bias, false);
             p.push(
                 "glu",
                 Kernel::FfnAct,
@@ -531,10 +557,23 @@ pub fn build(
                 &[(0, &bf.gu), (1, &bf.h)],
                 Grid::Elems(cfg.ffn as u32),
             );
-            p.matmul("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc);
+            p.matmul("down", &lw.w_down, &bf.h, down_out, &lw.vecs, off.down_bias, acc);
         } else {
-            p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, None, false);
-            p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc as u32, 0.0, None, false);
+            if off.gate_up_bias.is_some() {
+                // matvec's GLU epilogue adds no bias: store biased gate/up rows, then the GLU.
+                let (gu, gu_bias) = (&lw.w_gate_up, off.gate_up_bias);
+                p.matvec("gate+up", gu, &bf.x, &bf.gu, &lw.vecs, Some(off.ffn_norm), 0, 0.0, gu_bias, false);
+                p.push(
+                    "glu",
+                    Kernel::FfnAct,
+                    &[("F", cfg.ffn as f64), ("GELU", b(cfg.gelu))],
+                    &[(0, &bf.gu), (1, &bf.h)],
+                    Grid::Elems(cfg.ffn as u32),
+                );
+            } else {
+                p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, None, false);
+            }
+            p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc as u32, 0.0, off.down_bias, false);
         }
         if let Some(pn) = off.post_ffn_norm {
             p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);

@@ -62,6 +62,11 @@ pub struct HfModel<S> {
     pub st: SafetensorsModel<S>,
     pub generation: Option<GenerationConfig>,
     pub tokenizer_config: Option<TokenizerConfig>,
+    /// Where the text model's tensors are (`model.`, or `language_model.model.` ... for the
+    /// Gemma 3 multimodal wrapper; see `text_prefix`).
+    pub prefix: &'static str,
+    /// The LM head tensor to load, if the model does not use the embedding (see `head_tensor`).
+    pub head: Option<&'static str>,
 }
 
 /// The tensor names of one layer with the shapes the config implies.
@@ -80,6 +85,11 @@ struct LayerSpec {
     ffn_norm: String,
     post_attn_norm: Option<String>,
     post_ffn_norm: Option<String>,
+    /// Output projection bias (length hidden).
+    o_bias: Option<String>,
+    /// Gate and up biases (length intermediate each), down bias (length hidden).
+    gate_up_bias: Vec<String>,
+    down_bias: Option<String>,
 }
 
 /// (tensor name, rows) of each part of one GPU matrix buffer, and the shared column count.
@@ -140,7 +150,9 @@ impl<S: AsyncSource> HfModel<S> {
         let generation = files.generation_config.as_deref().map(GenerationConfig::from_json).transpose()?;
         let tokenizer_config = files.tokenizer_config.as_deref().map(TokenizerConfig::from_json).transpose()?;
         let st = SafetensorsModel::open_async(files.index.as_deref(), open).await?;
-        Ok(HfModel { hf, cfg, st, generation, tokenizer_config })
+        let prefix = text_prefix(&st)?;
+        let head = head_tensor(&st, prefix, cfg.tied_embeddings).await?;
+        Ok(HfModel { hf, cfg, st, generation, tokenizer_config, prefix, head })
     }
 
     /// Stop token ids from generation_config.json, else config.json.
@@ -160,8 +172,9 @@ impl<S: AsyncSource> HfModel<S> {
 
     fn layer_spec(&self, i: usize) -> LayerSpec {
         let c = &self.cfg;
-        let (qd, kvd, f) = (c.q_dim(), c.kv_dim(), c.ffn);
-        let n = |s: &str| format!("model.layers.{i}.{s}");
+        // Shapes in the file: the intermediate size before padding (see `layer`).
+        let (qd, kvd, f) = (c.q_dim(), c.kv_dim(), self.hf.intermediate_size);
+        let n = |s: &str| format!("{}layers.{i}.{s}", self.prefix);
         let qkv = if self.has(&n("self_attn.qkv_proj.weight")) {
             vec![(n("self_attn.qkv_proj.weight"), qd + 2 * kvd)]
         } else {
@@ -192,6 +205,9 @@ impl<S: AsyncSource> HfModel<S> {
             (n("post_attention_layernorm.weight"), None, None)
         };
         LayerSpec {
+            o_bias: c.o_bias.then(|| n("self_attn.o_proj.bias")),
+            gate_up_bias: if c.mlp_bias { vec![n("mlp.gate_proj.bias"), n("mlp.up_proj.bias")] } else { vec![] },
+            down_bias: c.mlp_bias.then(|| n("mlp.down_proj.bias")),
             qkv,
             qkv_bias,
             q_norm: c.qk_norm.then(|| n("self_attn.q_norm.weight")),
@@ -206,24 +222,28 @@ impl<S: AsyncSource> HfModel<S> {
         }
     }
 
-    fn untied_head(&self) -> bool {
-        self.has("lm_head.weight") && !self.cfg.tied_embeddings
+    fn embed_name(&self) -> String {
+        format!("{}embed_tokens.weight", self.prefix)
+    }
+
+    fn norm_name(&self) -> String {
+        format!("{}norm.weight", self.prefix)
     }
 
     /// Every matrix as (GPU buffer name, parts as (tensor, rows), columns); parts of one buffer
     /// are fused into it.
     fn matrices(&self) -> Vec<MatrixSpec> {
         let c = &self.cfg;
-        let mut out = vec![("embed".to_string(), vec![("model.embed_tokens.weight".to_string(), c.vocab)], c.hidden)];
+        let mut out = vec![("embed".to_string(), vec![(self.embed_name(), c.vocab)], c.hidden)];
         for i in 0..c.n_layers {
             let l = self.layer_spec(i);
             out.push((format!("layer {i} qkv"), l.qkv, c.hidden));
             out.push((format!("layer {i} o"), vec![(l.o, c.hidden)], c.q_dim()));
             out.push((format!("layer {i} gate_up"), l.gate_up, c.hidden));
-            out.push((format!("layer {i} down"), vec![(l.down, c.hidden)], c.ffn));
+            out.push((format!("layer {i} down"), vec![(l.down, c.hidden)], self.hf.intermediate_size));
         }
-        if self.untied_head() {
-            out.push(("lm_head".to_string(), vec![("lm_head.weight".to_string(), c.vocab)], c.hidden));
+        if let Some(head) = self.head {
+            out.push(("lm_head".to_string(), vec![(head.to_string(), c.vocab)], c.hidden));
         }
         out
     }
@@ -231,10 +251,12 @@ impl<S: AsyncSource> HfModel<S> {
     /// Every vector as (tensor, length).
     fn vectors(&self) -> Vec<(String, usize)> {
         let c = &self.cfg;
-        let mut out = vec![("model.norm.weight".to_string(), c.hidden)];
+        let mut out = vec![(self.norm_name(), c.hidden)];
         for i in 0..c.n_layers {
             let l = self.layer_spec(i);
             out.extend(l.qkv_bias);
+            out.extend(l.o_bias.into_iter().chain(l.down_bias).map(|n| (n, c.hidden)));
+            out.extend(l.gate_up_bias.into_iter().map(|n| (n, self.hf.intermediate_size)));
             for n in [Some(l.attn_norm), Some(l.ffn_norm), l.post_attn_norm, l.post_ffn_norm] {
                 out.extend(n.map(|n| (n, c.hidden)));
             }
@@ -336,6 +358,30 @@ impl<S: AsyncSource> HfModel<S> {
         self.rows(name, (0, rows, cols), ty, on_read).await
     }
 
+    /// Rows `r0..r0 + n` of `name` (`cols` wide in the file), each row zero-padded to `pcols`
+    /// and zero rows appended up to `prows`, packed as stored or quantized.
+    async fn padded(
+        &self,
+        name: &str,
+        (r0, n, cols): (usize, usize, usize),
+        (prows, pcols): (usize, usize),
+        q: Quantize,
+        on_read: &mut dyn FnMut(u64),
+    ) -> Result<Packed> {
+        let (src, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
+        let ty = packed_type(&t.dtype, q, pcols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
+        let row_bytes = t.n_bytes / t.shape[0].max(1);
+        let raw =
+            SafetensorsModel::read_range(src, t.offset + r0 as u64 * row_bytes, n as u64 * row_bytes, on_read).await?;
+        if matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
+            let x = crate::weights::safetensors::to_f32(&t.dtype, &raw).expect("dtype checked");
+            pack::pack(ty, prows, pcols, &quant::quantize(ty, &pad_rows(&x, cols, n, prows, pcols))?)
+        } else {
+            let es = (t.dtype.bits() / 8) as usize;
+            pack::pack(ty, prows, pcols, &pad_rows(&raw, cols * es, n, prows, pcols * es))
+        }
+    }
+
     /// A large matrix (embedding, LM head) streamed to the GPU in row chunks of at most 16 MiB
     /// of file bytes, never whole in memory.
     async fn streamed(
@@ -382,11 +428,11 @@ impl<S: AsyncSource> HfModel<S> {
     /// Where an item's first tensor lies: (shard, byte offset).
     fn position(&self, item: Item) -> (usize, u64) {
         let names: Vec<String> = match item {
-            Item::Embed => vec!["model.embed_tokens.weight".into()],
-            Item::Norm => vec!["model.norm.weight".into()],
-            Item::Head => vec!["lm_head.weight".into()],
+            Item::Embed => vec![self.embed_name()],
+            Item::Norm => vec![self.norm_name()],
+            Item::Head => self.head.iter().map(|h| h.to_string()).collect(),
             Item::Layer(i) => {
-                let prefix = format!("model.layers.{i}.");
+                let prefix = format!("{}layers.{i}.", self.prefix);
                 return self
                     .st
                     .shards
@@ -411,15 +457,25 @@ impl<S: AsyncSource> HfModel<S> {
     async fn layer(&self, gpu: &Gpu, i: usize, q: Quantize, on_read: &mut dyn FnMut(u64)) -> Result<LayerWeights> {
         let c = &self.cfg;
         let h = c.hidden;
+        // The kernels step through rows 8 values at a time: an intermediate size that is not a
+        // multiple of 8 is padded with zero gate/up rows (after each of gate and up) and zero
+        // down columns. Exact: the padded units compute act(0 + 0) * 0 = 0.
+        let (fh, f) = (self.hf.intermediate_size, c.ffn);
         let l = self.layer_spec(i);
         let mut jobs: Vec<(&str, Shape)> = Vec::new();
         for (n, rows) in l.qkv.iter().chain(&l.gate_up) {
             jobs.push((n, Shape::Matrix(*rows, h)));
         }
         jobs.push((&l.o, Shape::Matrix(h, c.q_dim())));
-        jobs.push((&l.down, Shape::Matrix(h, c.ffn)));
+        jobs.push((&l.down, Shape::Matrix(h, fh)));
         for (n, len) in &l.qkv_bias {
             jobs.push((n, Shape::Vector(*len)));
+        }
+        for n in l.o_bias.iter().chain(&l.down_bias) {
+            jobs.push((n, Shape::Vector(h)));
+        }
+        for n in &l.gate_up_bias {
+            jobs.push((n, Shape::Vector(fh)));
         }
         for n in [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()] {
             jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(h))));
@@ -432,17 +488,39 @@ impl<S: AsyncSource> HfModel<S> {
         let mut vecs = std::collections::HashMap::new();
         for (name, shape) in jobs {
             match shape {
+                Shape::Matrix(rows, cols) if fh != f && l.gate_up.iter().any(|(g, _)| g == name) => {
+                    // gate and up (or both halves of a fused gate_up_proj), each padded to f rows.
+                    self.tensor(name, &[rows, cols])?;
+                    let mut parts = Vec::new();
+                    for r0 in (0..rows).step_by(fh) {
+                        parts.push(self.padded(name, (r0, fh, cols), (f, cols), q, on_read).await?);
+                    }
+                    mats.insert(name.to_string(), parts);
+                }
+                Shape::Matrix(rows, cols) if fh != f && name == l.down => {
+                    self.tensor(name, &[rows, cols])?;
+                    mats.insert(
+                        name.to_string(),
+                        vec![self.padded(name, (0, rows, cols), (rows, f), q, on_read).await?],
+                    );
+                }
                 Shape::Matrix(rows, cols) => {
-                    mats.insert(name.to_string(), self.matrix(name, rows, cols, q, on_read).await?);
+                    mats.insert(name.to_string(), vec![self.matrix(name, rows, cols, q, on_read).await?]);
                 }
                 Shape::Vector(len) => {
                     vecs.insert(name.to_string(), self.vector(name, len, on_read).await?);
                 }
             }
         }
-        let mut mat = |n: &str| mats.remove(n).expect("read above");
+        let gate_up: Vec<Packed> = l.gate_up.iter().flat_map(|(n, _)| mats.remove(n).expect("read above")).collect();
+        let mut mat = |n: &str| mats.remove(n).and_then(|mut v| v.pop()).expect("read above");
         let mut vec = |n: &str| vecs.remove(n).expect("read above");
         let parts = LayerParts {
+            o_bias: l.o_bias.as_deref().map(&mut vec),
+            gate_up_bias: (!l.gate_up_bias.is_empty()).then(|| {
+                l.gate_up_bias.iter().flat_map(|n| vec(n).into_iter().chain(std::iter::repeat(0.0)).take(f)).collect()
+            }),
+            down_bias: l.down_bias.as_deref().map(&mut vec),
             attn_norm: vec(&l.attn_norm),
             ffn_norm: vec(&l.ffn_norm),
             qkv: l.qkv.iter().map(|(n, _)| mat(n)).collect(),
@@ -450,7 +528,7 @@ impl<S: AsyncSource> HfModel<S> {
             q_norm: l.q_norm.as_deref().map(&mut vec),
             k_norm: l.k_norm.as_deref().map(&mut vec),
             o: mat(&l.o),
-            gate_up: l.gate_up.iter().map(|(n, _)| mat(n)).collect(),
+            gate_up,
             down: mat(&l.down),
             post_attn_norm: l.post_attn_norm.as_deref().map(&mut vec),
             post_ffn_norm: l.post_ffn_norm.as_deref().map(&mut vec),
@@ -479,15 +557,13 @@ impl<S: AsyncSource> HfModel<S> {
         for item in items {
             match item {
                 Item::Embed => {
-                    embed = Some(
-                        self.streamed(gpu, "embed", "model.embed_tokens.weight", (c.vocab, h), q, &mut on_read).await?,
-                    )
+                    let name = self.embed_name();
+                    embed = Some(self.streamed(gpu, "embed", &name, (c.vocab, h), q, &mut on_read).await?)
                 }
-                Item::Norm => out_norm = Some(self.vector("model.norm.weight", h, &mut on_read).await?),
+                Item::Norm => out_norm = Some(self.vector(&self.norm_name(), h, &mut on_read).await?),
                 Item::Head => {
-                    if self.untied_head() {
-                        lm_head =
-                            Some(self.streamed(gpu, "lm_head", "lm_head.weight", (c.vocab, h), q, &mut on_read).await?);
+                    if let Some(head) = self.head {
+                        lm_head = Some(self.streamed(gpu, "lm_head", head, (c.vocab, h), q, &mut on_read).await?);
                     }
                 }
                 Item::Layer(i) => {
@@ -501,6 +577,51 @@ impl<S: AsyncSource> HfModel<S> {
         let layers: Vec<LayerWeights> = layers.into_iter().flatten().collect();
         ModelWeights::new(gpu, c, embed, layers, &out_norm, lm_head)
     }
+}
+
+/// The first `n` rows of a row-major matrix with `row_len` elements per row, each row
+/// zero-padded to `padded_len`, and zero rows appended up to `rows`.
+fn pad_rows<T: Copy + Default>(x: &[T], row_len: usize, n: usize, rows: usize, padded_len: usize) -> Vec<T> {
+    let mut out = vec![T::default(); rows * padded_len];
+    for r in 0..n {
+        out[r * padded_len..r * padded_len + row_len].copy_from_slice(&x[r * row_len..(r + 1) * row_len]);
+    }
+    out
+}
+
+/// Where the text model's tensors are: `model.` for the *ForCausalLM classes;
+/// `language_model.model.` (as transformers saves Gemma3ForConditionalGeneration, and as the
+/// published Gemma 3 checkpoints are) or `model.language_model.` (its module names in
+/// transformers 5) for the multimodal wrapper, whose vision tensors are then ignored.
+fn text_prefix<S>(st: &SafetensorsModel<S>) -> Result<&'static str> {
+    const PREFIXES: [&str; 5] = ["model.", "language_model.model.", "model.language_model.", "language_model.", ""];
+    PREFIXES.into_iter().find(|p| st.get(&format!("{p}embed_tokens.weight")).is_some()).ok_or_else(|| {
+        Error::Model("missing tensor model.embed_tokens.weight (no token embedding under any known prefix)".into())
+    })
+}
+
+/// The LM head to load, as transformers ties it: an untied model's own head; a tied model whose
+/// file also has a head ties only when the two hold the same values (else transformers keeps the
+/// head and warns); no head in the file: the embedding.
+async fn head_tensor<S: AsyncSource>(
+    st: &SafetensorsModel<S>,
+    prefix: &str,
+    tied: bool,
+) -> Result<Option<&'static str>> {
+    let Some(head) = ["lm_head.weight", "language_model.lm_head.weight"].into_iter().find(|n| st.get(n).is_some())
+    else {
+        return Ok(None);
+    };
+    if !tied {
+        return Ok(Some(head));
+    }
+    let embed = format!("{prefix}embed_tokens.weight");
+    let (Some((_, _, a)), Some((_, _, b))) = (st.get(head), st.get(&embed)) else { return Ok(Some(head)) };
+    if a.dtype != b.dtype || a.shape != b.shape {
+        return Ok(Some(head));
+    }
+    let same = st.read_bytes_async(head, &mut |_| {}).await? == st.read_bytes_async(&embed, &mut |_| {}).await?;
+    Ok((!same).then_some(head))
 }
 
 /// Read a model folder's files from disk.

@@ -16,7 +16,7 @@ pub enum LayerKind {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeParams {
-    /// "default", "linear", "dynamic", "llama3", "longrope" are computed; others (yarn, ...) are kept
+    /// "default", "linear", "dynamic", "llama3", "longrope", "yarn" are computed; others are kept
     /// so the loader can name them, and `rope_inv_freq` refuses them.
     pub rope_type: String,
     pub theta: f64,
@@ -28,6 +28,12 @@ pub struct RopeParams {
     pub short_factor: Option<Vec<f64>>,
     pub long_factor: Option<Vec<f64>>,
     pub attention_factor: Option<f64>,
+    /// YaRN's ramp bounds (defaults 32 and 1), attention-factor terms and range truncation.
+    pub beta_fast: Option<f64>,
+    pub beta_slow: Option<f64>,
+    pub mscale: Option<f64>,
+    pub mscale_all_dim: Option<f64>,
+    pub truncate: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -53,8 +59,12 @@ pub struct HfConfig {
     /// `dtype` (transformers 5) or `torch_dtype` (4.x).
     pub dtype: Option<String>,
     pub hidden_act: String,
-    /// q/k/v projections have biases (Qwen2 always; others via `attention_bias`).
+    /// q/k/v projections have biases (Qwen2 always; Llama, Qwen3, Gemma via `attention_bias`).
     pub qkv_bias: bool,
+    /// The output projection has a bias (`attention_bias` on Llama, Qwen3, Gemma 2/3; never Qwen2).
+    pub o_bias: bool,
+    /// gate/up/down projections have biases (Llama's `mlp_bias`).
+    pub mlp_bias: bool,
     /// RMS norm on q and k per head (Qwen3, Gemma 3).
     pub qk_norm: bool,
     /// Phi-3 stores fused `qkv_proj` and `gate_up_proj` tensors.
@@ -149,6 +159,12 @@ impl HfConfig {
             for (k, v) in tc {
                 merged.insert(k.clone(), v.clone());
             }
+            // The wrapper owns the LM head, so its own flag decides the tying (transformers reads
+            // `tie_word_embeddings` of the top-level config; Gemma3Config defaults to true).
+            match root.get("tie_word_embeddings").filter(|v| !v.is_null()) {
+                Some(v) => merged.insert("tie_word_embeddings".into(), v.clone()),
+                None => merged.remove("tie_word_embeddings"),
+            };
         }
         let o = Obj(&merged);
         let model_type = o.str("model_type")?.unwrap_or("").to_string();
@@ -166,17 +182,27 @@ impl HfConfig {
         let head_dim = o.u64("head_dim")?.map_or(hidden_size / num_attention_heads, |v| v as usize);
         let max_position_embeddings = o.u64("max_position_embeddings")?.unwrap_or(if gemma { 8192 } else { 4096 });
         let act_key = if o.get("hidden_activation").is_some() { "hidden_activation" } else { "hidden_act" };
-        let hidden_act = o.str(act_key)?.unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" }).to_string();
+        let mut hidden_act = o.str(act_key)?.unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" }).to_string();
+        if family == "gemma" && hidden_act == "gelu" {
+            // GemmaConfig turns the legacy "gelu" of the first releases into the tanh approximation.
+            hidden_act = "gelu_pytorch_tanh".into();
+        }
 
         let (rope, rope_local) = resolve_rope(&o, family, max_position_embeddings)?;
         let layer_types = layer_types(&o, family, num_hidden_layers)?;
+        // transformers gives a layer marked sliding but no window (sliding_window null) full
+        // attention: its sliding mask is only built from a window.
         let sliding_window = match layer_types.contains(&LayerKind::Sliding) {
-            true => Some(
-                o.u64("sliding_window")?
-                    .ok_or_else(|| Error::Model("config.json: sliding layers but no sliding_window".into()))?,
-            ),
+            true => o.u64("sliding_window")?,
             false => None,
         };
+        let layer_types = match sliding_window {
+            Some(_) => layer_types,
+            None => vec![LayerKind::Full; num_hidden_layers],
+        };
+        // Which projections have biases follows each family's modeling code in transformers:
+        // Mistral and Phi-3 have none whatever the config says, Qwen2 has q/k/v biases always.
+        let attention_bias = o.bool("attention_bias")?.unwrap_or(false);
         // Gemma 2's defaults; Gemma 3 has no soft-capping unless its config says so.
         let gemma2 = family == "gemma2";
         let absent_or = |k: &str, d: Option<f64>| -> Result<Option<f64>> {
@@ -203,14 +229,20 @@ impl HfConfig {
             eos_token_id: o.ids("eos_token_id")?,
             dtype: o.str("dtype")?.or(o.str("torch_dtype")?).map(String::from),
             hidden_act,
-            qkv_bias: family == "qwen2" || o.bool("attention_bias")?.unwrap_or(false),
+            qkv_bias: family == "qwen2" || (attention_bias && family != "mistral" && family != "phi3"),
+            o_bias: attention_bias && matches!(family, "llama" | "qwen3" | "gemma2" | "gemma3" | "gemma"),
+            mlp_bias: family == "llama" && o.bool("mlp_bias")?.unwrap_or(false),
             qk_norm: matches!(family, "qwen3" | "gemma3"),
             fused_qkv_gate_up: family == "phi3",
             rope,
             rope_local,
             sliding_window,
             layer_types,
-            query_pre_attn_scalar: absent_or("query_pre_attn_scalar", gemma.then_some(256.0))?,
+            // Gemma 1 scales by head_dim^-0.5 and has no such key.
+            query_pre_attn_scalar: match family {
+                "gemma2" | "gemma3" => absent_or("query_pre_attn_scalar", Some(256.0))?,
+                _ => None,
+            },
             attn_logit_softcapping: absent_or("attn_logit_softcapping", gemma2.then_some(50.0))?,
             final_logit_softcapping: absent_or("final_logit_softcapping", gemma2.then_some(30.0))?,
             model_type,
@@ -296,13 +328,49 @@ impl HfConfig {
                     .ok_or_else(|| Error::Model("config.json: longrope needs short_factor and long_factor".into()))?;
                 (0..dim).step_by(2).zip(ext).map(|(i, e)| 1.0 / (e * r.theta.powf(i as f64 / dim as f64))).collect()
             }
+            "yarn" => {
+                let orig =
+                    need(r.original_max_position_embeddings.map(|v| v as f64), "original_max_position_embeddings")?;
+                let factor = r.factor.unwrap_or(self.max_position_embeddings as f64 / orig);
+                // Python's `x or default`: an explicit 0 also takes the default.
+                let beta_fast = r.beta_fast.filter(|v| *v != 0.0).unwrap_or(32.0);
+                let beta_slow = r.beta_slow.filter(|v| *v != 0.0).unwrap_or(1.0);
+                let d = dim as f64;
+                let corr = |rot: f64| d * (orig / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * r.theta.ln());
+                let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
+                if r.truncate.unwrap_or(true) {
+                    (low, high) = (low.floor(), high.ceil());
+                }
+                let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                default(r.theta)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, extrapolated)| {
+                        let keep = 1.0 - ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        extrapolated / factor * (1.0 - keep) + extrapolated * keep
+                    })
+                    .collect()
+            }
             other => return Err(Error::Unsupported(format!("rope type {other:?}"))),
         })
     }
 
-    /// The factor transformers multiplies cos and sin by (longrope's attention scaling; else 1).
+    /// The factor transformers multiplies cos and sin by (longrope's and YaRN's attention
+    /// scaling; else 1).
     pub fn rope_attention_factor(&self, kind: LayerKind) -> f64 {
         let r = self.rope_for(kind);
+        if r.rope_type == "yarn" {
+            let orig = r.original_max_position_embeddings.unwrap_or(self.max_position_embeddings) as f64;
+            let factor = r.factor.unwrap_or(self.max_position_embeddings as f64 / orig);
+            let mscale = |scale: f64, m: f64| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+            return r.attention_factor.unwrap_or(match (r.mscale, r.mscale_all_dim) {
+                (Some(m), Some(a)) if m != 0.0 && a != 0.0 => mscale(factor, m) / mscale(factor, a),
+                _ => mscale(factor, 1.0),
+            });
+        }
         if r.rope_type != "longrope" {
             return 1.0;
         }
@@ -332,6 +400,11 @@ fn rope_from(d: &Obj, top: &Obj, default_theta: f64, max_pos: u64) -> Result<Rop
         short_factor: d.f64s("short_factor")?,
         long_factor: d.f64s("long_factor")?,
         attention_factor: d.f64("attention_factor")?,
+        beta_fast: d.f64("beta_fast")?,
+        beta_slow: d.f64("beta_slow")?,
+        mscale: d.f64("mscale")?,
+        mscale_all_dim: d.f64("mscale_all_dim")?,
+        truncate: d.bool("truncate")?,
         rope_type,
     })
 }
@@ -367,8 +440,8 @@ fn resolve_rope(o: &Obj, family: &str, max_pos: u64) -> Result<(RopeParams, Opti
 /// Attention kind of each layer: `layer_types` when given, else each family's rule in transformers.
 fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
     let window = o.u64("sliding_window")?;
-    // Mistral applies its window (if any) to every layer and ignores layer_types.
-    if family == "mistral" {
+    // Mistral and Phi-3 apply their window (if any) to every layer and ignore layer_types.
+    if family == "mistral" || family == "phi3" {
         return Ok(vec![if window.is_some() { LayerKind::Sliding } else { LayerKind::Full }; n]);
     }
     if let Some(list) = o.strs("layer_types")? {

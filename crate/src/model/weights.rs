@@ -76,6 +76,10 @@ pub struct VecOffsets {
     /// Gemma's norms after attention and after the FFN.
     pub post_attn_norm: Option<usize>,
     pub post_ffn_norm: Option<usize>,
+    /// Biases of the output projection, the fused [gate; up] rows and the down projection.
+    pub o_bias: Option<usize>,
+    pub gate_up_bias: Option<usize>,
+    pub down_bias: Option<usize>,
     pub len: usize,
 }
 
@@ -94,7 +98,22 @@ impl VecOffsets {
         let k_norm = next(cfg.qk_norm, cfg.head_dim);
         let post_attn_norm = next(cfg.post_norms, h);
         let post_ffn_norm = next(cfg.post_norms, h);
-        VecOffsets { attn_norm: 0, ffn_norm: h, qkv_bias, q_norm, k_norm, post_attn_norm, post_ffn_norm, len: at }
+        let o_bias = next(cfg.o_bias, h);
+        let gate_up_bias = next(cfg.mlp_bias, 2 * cfg.ffn);
+        let down_bias = next(cfg.mlp_bias, h);
+        VecOffsets {
+            attn_norm: 0,
+            ffn_norm: h,
+            qkv_bias,
+            q_norm,
+            k_norm,
+            post_attn_norm,
+            post_ffn_norm,
+            o_bias,
+            gate_up_bias,
+            down_bias,
+            len: at,
+        }
     }
 }
 
@@ -113,6 +132,10 @@ pub struct LayerParts {
     pub down: Packed,
     pub post_attn_norm: Option<Vec<f32>>,
     pub post_ffn_norm: Option<Vec<f32>>,
+    pub o_bias: Option<Vec<f32>>,
+    /// [gate; up] bias, in the order of `gate_up`'s rows.
+    pub gate_up_bias: Option<Vec<f32>>,
+    pub down_bias: Option<Vec<f32>>,
 }
 
 impl LayerParts {
@@ -141,7 +164,11 @@ impl LayerParts {
         let mut put = |at: Option<usize>, v: Option<Vec<f32>>, what: &str| -> Result<()> {
             match (at, v) {
                 (Some(at), Some(v)) => {
-                    vecs[at..at + v.len()].copy_from_slice(&v);
+                    let end = at + v.len();
+                    if end > vecs.len() {
+                        return Err(Error::Model(format!("{name}: {what} has {} values, more than expected", v.len())));
+                    }
+                    vecs[at..end].copy_from_slice(&v);
                     Ok(())
                 }
                 (None, None) => Ok(()),
@@ -156,6 +183,9 @@ impl LayerParts {
         put(off.k_norm, k_norm, "k norm")?;
         put(off.post_attn_norm, self.post_attn_norm, "post-attention norm")?;
         put(off.post_ffn_norm, self.post_ffn_norm, "post-FFN norm")?;
+        put(off.o_bias, self.o_bias, "output projection bias")?;
+        put(off.gate_up_bias, self.gate_up_bias, "gate/up bias")?;
+        put(off.down_bias, self.down_bias, "down projection bias")?;
         let gate_up = concat_rows(&self.gate_up)?;
         if gate_up.rows != 2 * cfg.ffn {
             return Err(Error::Model(format!(
@@ -369,9 +399,21 @@ pub async fn load_gguf(
     if gguf.tensor("rope_freqs.weight").is_some() {
         cfg.rope_freq_factors = Some(l.vector("rope_freqs.weight", cfg.rope_dim / 2).await?);
     }
-    // Phi-3 longrope: short factors by default; the long ones hold past the original context.
+    // Phi-3 longrope: short factors by default; as in transformers, a generation whose prompt is
+    // longer than the original context (`rope.scaling.original_context_length`, else the training
+    // context) uses the long ones (see ModelConfig::rope_table_key).
     if gguf.tensor("rope_factors_short.weight").is_some() {
         cfg.rope_freq_factors = Some(l.vector("rope_factors_short.weight", cfg.rope_dim / 2).await?);
+        if gguf.tensor("rope_factors_long.weight").is_some() {
+            let mut long = cfg.clone();
+            long.rope_freq_factors = Some(l.vector("rope_factors_long.weight", cfg.rope_dim / 2).await?);
+            let key = format!("{}.rope.scaling.original_context_length", cfg.arch);
+            let original = gguf.get_u64(&key)?.map_or(cfg.context_train, |v| v as usize);
+            let long = long.rope_inv_freq();
+            // Phi3ForCausalLM recomputes the cache when a generation crosses the original context.
+            let recompute = cfg.arch == "phi3";
+            cfg.rope_dynamic = Some(crate::model::config::RopeDynamic::LongRope { original, long, recompute });
+        }
     }
     let embed = l.streamed("token_embd.weight", cfg.vocab, h).await?;
     // Visit layers in file order (llama.cpp writes blk.0, blk.1, blk.10, ...): a download that
@@ -427,7 +469,18 @@ pub async fn load_gguf(
         } else {
             (None, None)
         };
+        let o_bias = if cfg.o_bias { Some(l.vector(&n("attn_output.bias"), h).await?) } else { None };
+        let (gate_up_bias, down_bias) = if cfg.mlp_bias {
+            let mut b = l.vector(&n("ffn_gate.bias"), f).await?;
+            b.extend(l.vector(&n("ffn_up.bias"), f).await?);
+            (Some(b), Some(l.vector(&n("ffn_down.bias"), h).await?))
+        } else {
+            (None, None)
+        };
         let parts = LayerParts {
+            o_bias,
+            gate_up_bias,
+            down_bias,
             attn_norm: l.vector(&n("attn_norm.weight"), h).await?,
             ffn_norm: l.vector(&n("ffn_norm.weight"), h).await?,
             qkv,
