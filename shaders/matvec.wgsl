@@ -2,7 +2,8 @@
 //   NORM: x is RMS-normalized on the fly (x / rms(x) * (nw + NW_OFFSET)); the sum of squares
 //         is reduced alongside the dot products, so the norm costs no extra dispatch.
 //   EPI 0: y[n] = v (+ bias)         EPI 1: y[n] += v (residual add)
-//   EPI 2: GLU: y[j] = act(gate_j) * up_j with gate rows [0, N/2) and up rows [N/2, N).
+//   EPI 2: GLU: y[j] = act(gate_j) * up_j with gate rows [0, N/2) and up rows [N/2, N) (biases
+//          added to both first).
 // Each 32-invocation row group computes (a slice of) four rows (`dot4`, rowdot.wgsl; for GLU the
 // gate and up rows of two outputs), reduced by `reduce4` (reduce_*.wgsl) and `join_slices`;
 // WG / 32 / S blocks of four rows per workgroup.
@@ -70,8 +71,12 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     // No early returns: the argmax epilogue below has a barrier, which needs uniform control flow.
     if (EPI == 2u) {
         if (slice == 0u && t < 2u && first + t < N / 2u) {
-            let gt = v[t];
-            let up = v[t + 2u];
+            var gt = v[t];
+            var up = v[t + 2u];
+            if (HAS_BIAS) {
+                gt += vecs[BIAS_OFF + first + t];
+                up += vecs[BIAS_OFF + first + t + N / 2u];
+            }
             var a: f32;
             if (GELU) {
                 a = 0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt)));

@@ -211,9 +211,11 @@ fn matvec_norm_and_glu() {
         let (words, meta, dense) = random_matrix(&mut r, l, n, k);
         let x: Vec<f32> = r.vec(k).iter().map(|v| v * 3.0).collect();
         let nw = r.vec(k);
-        let vecs: Vec<f32> = [vec![0.0; 5], nw.clone()].concat();
+        // Biases after the norm weight (gate and up rows both get theirs before the GLU).
+        let bias = r.vec(n);
+        let vecs: Vec<f32> = [vec![0.0; 5], nw.clone(), bias.clone()].concat();
         let xn = rms(&x, &nw, eps);
-        let lin = cpu_linear(&xn, &dense, 1, n, k, None, None);
+        let lin = cpu_linear(&xn, &dense, 1, n, k, Some(&bias), None);
         let want: Vec<f32> = if glu {
             (0..f).map(|j| (lin[j] as f64 / (1.0 + (-lin[j] as f64).exp()) * lin[f + j] as f64) as f32).collect()
         } else {
@@ -232,6 +234,8 @@ fn matvec_norm_and_glu() {
             ("EPI", if glu { 2.0 } else { 0.0 }),
             ("NORM", 1.0),
             ("NW_OFF", 5.0),
+            ("HAS_BIAS", 1.0),
+            ("BIAS_OFF", (5 + k) as f64),
             ("EPS", eps as f64),
             // Four activation tiles: the norm's sum of squares spans them.
             ("KT", 64.0),

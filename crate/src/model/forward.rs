@@ -559,20 +559,8 @@ pub fn build(
             );
             p.matmul("down", &lw.w_down, &bf.h, down_out, &lw.vecs, off.down_bias, acc);
         } else {
-            if off.gate_up_bias.is_some() {
-                // matvec's GLU epilogue adds no bias: store biased gate/up rows, then the GLU.
-                let (gu, gu_bias) = (&lw.w_gate_up, off.gate_up_bias);
-                p.matvec("gate+up", gu, &bf.x, &bf.gu, &lw.vecs, Some(off.ffn_norm), 0, 0.0, gu_bias, false);
-                p.push(
-                    "glu",
-                    Kernel::FfnAct,
-                    &[("F", cfg.ffn as f64), ("GELU", b(cfg.gelu))],
-                    &[(0, &bf.gu), (1, &bf.h)],
-                    Grid::Elems(cfg.ffn as u32),
-                );
-            } else {
-                p.matvec("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, None, false);
-            }
+            let (gu, gu_bias) = (&lw.w_gate_up, off.gate_up_bias);
+            p.matvec("gate+up+glu", gu, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, gu_bias, false);
             p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc as u32, 0.0, off.down_bias, false);
         }
         if let Some(pn) = off.post_ffn_norm {
