@@ -396,33 +396,16 @@ impl<S: AsyncSource> HfModel<S> {
         let t = self.tensor(name, &[rows, cols])?;
         let ty = packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
         let layout = Layout::for_type(ty).expect("F32, F16, BF16, Q8_0 and Q4_0 have layouts");
-        let wpr = layout.words_for(cols) as u64;
-        // Half-precision rows of odd length share words across rows: pack those in one piece.
-        let whole = wpr * rows as u64 != layout.words_for(rows * cols) as u64;
         // Quantizing at load gives Q8_0 / Q4_0, whose f16 block scales make f16 metadata exact.
-        let meta16 = layout.block() > 1;
-        let mpr = if meta16 { (cols / layout.block()) as u64 } else { 0 };
-        let words_bytes = layout.words_for(rows * cols) as u64 * 4;
-        super::weights::check_binding(gpu, label, words_bytes)?;
-        let words = gpu.buffer(label, words_bytes)?;
-        let meta = gpu.buffer(&format!("{label}.meta"), mpr * rows as u64 * 4)?;
-        let row_bytes = (t.n_bytes / rows.max(1) as u64).max(1);
-        let chunk_rows = if whole { rows } else { (READ_CHUNK / row_bytes).max(1) as usize };
+        let m = GpuMatrix::alloc_streamed(gpu, label, layout, true, (rows, cols))?;
+        let chunk_rows = m.rows_per_write(t.n_bytes / rows.max(1) as u64, READ_CHUNK);
         let mut r0 = 0;
         while r0 < rows {
             let n = chunk_rows.min(rows - r0);
-            let p = self.rows(name, (r0, n, cols), ty, on_read).await?;
-            gpu.queue.write_buffer(&words, r0 as u64 * wpr * 4, p.words_bytes());
-            if meta16 {
-                let m = p.meta_f16().ok_or_else(|| {
-                    Error::Unsupported(format!("tensor {name}: a block scale is beyond the f16 range"))
-                })?;
-                gpu.queue.write_buffer(&meta, r0 as u64 * mpr * 4, bytemuck::cast_slice(&m));
-            }
+            m.write_rows(gpu, name, r0, &self.rows(name, (r0, n, cols), ty, on_read).await?)?;
             r0 += n;
         }
-        let bytes = (layout.words_for(rows * cols) as u64 + mpr * rows as u64) * 4;
-        Ok(GpuMatrix { words, meta, layout, meta16, rows, cols, bytes })
+        Ok(m)
     }
 
     /// Where an item's first tensor lies: (shard, byte offset).

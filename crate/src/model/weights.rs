@@ -51,6 +51,60 @@ impl GpuMatrix {
     }
 }
 
+impl GpuMatrix {
+    /// An empty matrix that `write_rows` fills chunk by chunk (embedding, LM head: never whole in
+    /// memory, in GGUF files or HF folders alike). `meta16`: the blocks' scales are f16 (Q4_0,
+    /// Q4_1, Q8_0), so the metadata goes to the GPU as f16 pairs (`Packed::meta_f16`).
+    pub(crate) fn alloc_streamed(
+        gpu: &Gpu,
+        label: &str,
+        layout: Layout,
+        meta16: bool,
+        (rows, cols): (usize, usize),
+    ) -> Result<GpuMatrix> {
+        let meta16 = meta16 && layout.block() > 1;
+        let words_bytes = layout.words_for(rows * cols) as u64 * 4;
+        check_binding(gpu, label, words_bytes)?;
+        let words = gpu.buffer(label, words_bytes)?;
+        let meta_bytes = meta_words_per_row(layout, meta16, cols) * rows as u64 * 4;
+        let meta = gpu.buffer(&format!("{label}.meta"), meta_bytes)?;
+        Ok(GpuMatrix { words, meta, layout, meta16, rows, cols, bytes: words_bytes + meta_bytes })
+    }
+
+    /// Rows to pack and write at once for rows of `row_bytes` in the file: half-precision rows of
+    /// odd length share words across rows, so those go in one piece.
+    pub(crate) fn rows_per_write(&self, row_bytes: u64, max_bytes: u64) -> usize {
+        let wpr = self.layout.words_for(self.cols);
+        if wpr * self.rows != self.layout.words_for(self.rows * self.cols) {
+            return self.rows;
+        }
+        (max_bytes / row_bytes.max(1)).max(1) as usize
+    }
+
+    /// Write packed rows `r0 ..` of a matrix from `alloc_streamed`.
+    pub(crate) fn write_rows(&self, gpu: &Gpu, name: &str, r0: usize, p: &Packed) -> Result<()> {
+        let wpr = self.layout.words_for(self.cols) as u64;
+        gpu.queue.write_buffer(&self.words, r0 as u64 * wpr * 4, p.words_bytes());
+        let at = r0 as u64 * meta_words_per_row(self.layout, self.meta16, self.cols) * 4;
+        if self.meta16 {
+            let m = p
+                .meta_f16()
+                .ok_or_else(|| Error::Unsupported(format!("tensor {name}: a block scale is beyond the f16 range")))?;
+            gpu.queue.write_buffer(&self.meta, at, bytemuck::cast_slice(&m));
+        } else if !p.meta.is_empty() {
+            gpu.queue.write_buffer(&self.meta, at, p.meta_bytes());
+        }
+        Ok(())
+    }
+}
+
+fn meta_words_per_row(layout: Layout, meta16: bool, cols: usize) -> u64 {
+    match layout.block() {
+        1 => 0,
+        b => (cols / b) as u64 * if meta16 { 1 } else { 2 },
+    }
+}
+
 pub(crate) fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
     let limit = gpu.limits.max_storage_buffer_binding_size as u64;
     if bytes > limit {
@@ -287,44 +341,18 @@ impl GgufLoader<'_> {
         let t = self.info(name, &[cols, rows])?;
         let layout =
             Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
-        let row_bytes = t.n_bytes / rows as u64;
-        let wpr = layout.words_for(cols) as u64;
-        // Types whose block scales are f16 get f16 metadata (`Packed::meta_f16`), decided here
-        // because the matrix never sits whole in memory.
         let meta16 = matches!(t.ty, quant::GgmlType::Q4_0 | quant::GgmlType::Q4_1 | quant::GgmlType::Q8_0);
-        let mpr = match layout {
-            Layout::Q4 { .. } | Layout::Q8 { .. } => (cols / layout.block()) as u64 * if meta16 { 1 } else { 2 },
-            _ => 0,
-        };
-        check_binding(self.gpu, name, wpr * rows as u64 * 4)?;
-        let words = self.gpu.buffer(name, wpr * rows as u64 * 4)?;
-        let meta = self.gpu.buffer(&format!("{name}.meta"), mpr * rows as u64 * 4)?;
-        let chunk_rows = (CHUNK / row_bytes.max(1)).max(1) as usize;
+        let m = GpuMatrix::alloc_streamed(self.gpu, name, layout, meta16, (rows, cols))?;
+        let row_bytes = t.n_bytes / rows as u64;
+        let chunk_rows = m.rows_per_write(row_bytes, CHUNK);
         let mut r0 = 0;
         while r0 < rows {
             let n = chunk_rows.min(rows - r0);
             let raw = self.read(t.offset + r0 as u64 * row_bytes, n as u64 * row_bytes).await?;
-            let p = pack::pack(t.ty, n, cols, &raw)?;
-            self.gpu.queue.write_buffer(&words, r0 as u64 * wpr * 4, p.words_bytes());
-            if meta16 {
-                let m = p.meta_f16().ok_or_else(|| {
-                    Error::Unsupported(format!("tensor {name}: a block scale is beyond the f16 range"))
-                })?;
-                self.gpu.queue.write_buffer(&meta, r0 as u64 * mpr * 4, bytemuck::cast_slice(&m));
-            } else if mpr > 0 {
-                self.gpu.queue.write_buffer(&meta, r0 as u64 * mpr * 4, p.meta_bytes());
-            }
+            m.write_rows(self.gpu, name, r0, &pack::pack(t.ty, n, cols, &raw)?)?;
             r0 += n;
         }
-        Ok(GpuMatrix {
-            words,
-            meta,
-            layout,
-            meta16: meta16 && mpr > 0,
-            rows,
-            cols,
-            bytes: (wpr + mpr) * rows as u64 * 4,
-        })
+        Ok(m)
     }
 
     /// A vector of `n` values as f32 (norm weights and biases are small).
