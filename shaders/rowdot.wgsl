@@ -11,21 +11,9 @@
 // With `norm`, x is RMS-normalized on the fly: scaled by the norm weight (vecs[NW_OFF..] +
 // NW_OFFSET) as it is staged, and the sum of squares comes back for the caller to apply 1/rms
 // after the reduction. Expects the kernel to declare K, WG, NW_OFF, NW_OFFSET, `x` (binding 2,
-// vec4s) and `vecs` (binding 4). Layouts: crate/src/weights/pack.rs.
-
-override LAYOUT: u32 = 0u;   // 0 F32, 1 F16, 2 BF16, 3 Q4, 4 Q8 (as weights.wgsl)
-override QBLOCK: u32 = 32u;
-override META16: bool = false;   // one f16 (scale, offset) word per block instead of two f32s
+// vec4s) and `vecs` (binding 4); layout.wgsl precedes it.
 
 @group(0) @binding(0) var<storage, read> w4: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> wm: array<u32>;
-
-fn block_meta(b: u32) -> vec2<f32> {
-    if (META16) {
-        return unpack2x16float(wm[b]);
-    }
-    return vec2<f32>(bitcast<f32>(wm[2u * b]), bitcast<f32>(wm[2u * b + 1u]));
-}
 
 const MAGIC = vec4<u32>(0x4b000000u);
 const TWO23: f32 = 8388608.0;

@@ -1,21 +1,9 @@
-// Shared weight access, prepended to every kernel that reads a weight matrix.
-// Layouts are documented in crate/src/weights/pack.rs. For every layout, element e of the
-// row-major matrix lives in word e / (32 / bits) and its block's (scale, offset) in
-// w_meta[2 * (e / QBLOCK)] (or one f16 pair word at e / QBLOCK with META16), so addressing
-// needs no per-layout row strides.
-
-const LAYOUT_F32: u32 = 0u;
-const LAYOUT_F16: u32 = 1u;
-const LAYOUT_BF16: u32 = 2u;
-const LAYOUT_Q4: u32 = 3u;
-const LAYOUT_Q8: u32 = 4u;
-
-override LAYOUT: u32 = 0u;
-override QBLOCK: u32 = 32u;
-override META16: bool = false;   // w_meta holds one word per block: (scale, offset) as f16
+// Weight access by 32-bit word for the prefill matmul and the embedding (after layout.wgsl).
+// For every layout, element e of the row-major matrix lives in word e / (32 / bits) and its
+// block's (scale, offset) is block_meta(e / QBLOCK), so addressing needs no per-layout row
+// strides.
 
 @group(0) @binding(0) var<storage, read> w_words: array<u32>;
-@group(0) @binding(1) var<storage, read> w_meta: array<f32>;
 
 struct W8 {
     lo: vec4<f32>,
@@ -36,13 +24,6 @@ fn sbyte4(w: u32) -> vec4<f32> {
                      f32(bitcast<i32>(w << 8u) >> 24u), f32(bitcast<i32>(w) >> 24u));
 }
 
-// (scale, offset) of block b.
-fn block_meta(b: u32) -> vec2<f32> {
-    if (META16) {
-        return unpack2x16float(bitcast<u32>(w_meta[b]));
-    }
-    return vec2<f32>(w_meta[2u * b], w_meta[2u * b + 1u]);
-}
 
 // Eight consecutive weights starting at element e (a multiple of 8), dequantized to f32.
 fn load8(e: u32) -> W8 {

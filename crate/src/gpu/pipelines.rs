@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+const LAYOUT: &str = include_str!("../../../shaders/layout.wgsl");
 const WEIGHTS: &str = include_str!("../../../shaders/weights.wgsl");
 const REDUCE_SG: &str = include_str!("../../../shaders/reduce_sg.wgsl");
 const REDUCE_WG: &str = include_str!("../../../shaders/reduce_wg.wgsl");
@@ -32,9 +33,10 @@ enum Slot {
     Uniform,
 }
 
-/// Shared WGSL a kernel is assembled with: the weight dequantizer (prefill and embedding), or for
-/// the decode matrix-vector kernels the row reduction and the four-row dot product (which reads
-/// the weights with 128-bit loads itself).
+/// Shared WGSL a kernel is assembled with: the weight layout and block metadata (layout.wgsl) for
+/// every kernel that reads weights, then the word dequantizer (prefill and embedding), or for the
+/// decode matrix-vector kernels the row reduction and the four-row dot product (which reads the
+/// weights with 128-bit loads itself).
 struct Source {
     body: &'static str,
     weights: bool,
@@ -165,6 +167,9 @@ impl Pipelines {
                 let mut code = String::new();
                 if src.reduce {
                     code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
+                }
+                if src.weights || src.reduce {
+                    code.push_str(LAYOUT);
                 }
                 if src.weights {
                     code.push_str(WEIGHTS);
