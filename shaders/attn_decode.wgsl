@@ -60,10 +60,6 @@ fn vraw(base: u32, pos: u32, w: u32) -> u32 {
     return v_cache[base + (pos % CAP) * (HD / 2u) + w];
 }
 
-fn vload(base: u32, pos: u32, w: u32) -> vec2<f32> {
-    return unpack2x16float(vraw(base, pos, w));
-}
-
 // p_i * v, with positions outside the window (p = 0) contributing exactly nothing even when
 // their stale cache slot holds inf or NaN.
 fn pv(i: u32, v: vec2<f32>) -> vec2<f32> {

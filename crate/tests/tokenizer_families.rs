@@ -14,7 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use ferrolm::tokenizer::Tokenizer;
-use ferrolm::weights::gguf::GgufFile;
+use ferrolm::weights::gguf::{GgufFile, Value as G};
+use ferrolm::weights::gguf_write::GgufWriter;
 use ferrolm::weights::source::{FileSource, MemSource};
 use serde_json::Value;
 
@@ -120,55 +121,6 @@ fn from_gguf_file(p: &Path) -> Tokenizer {
 
 // ---- a GGUF from a byte-level tokenizer.json, as llama.cpp's converter writes it ----------------
 
-enum Kv {
-    Str(String),
-    U32(u32),
-    Bool(bool),
-    Strs(Vec<String>),
-    I32s(Vec<i32>),
-}
-
-fn gguf_bytes(kvs: &[(&str, Kv)]) -> Vec<u8> {
-    fn s(out: &mut Vec<u8>, x: &str) {
-        out.extend((x.len() as u64).to_le_bytes());
-        out.extend(x.as_bytes());
-    }
-    let mut b = b"GGUF".to_vec();
-    b.extend(3u32.to_le_bytes());
-    b.extend(0u64.to_le_bytes());
-    b.extend((kvs.len() as u64).to_le_bytes());
-    for (k, v) in kvs {
-        s(&mut b, k);
-        match v {
-            Kv::Str(x) => {
-                b.extend(8u32.to_le_bytes());
-                s(&mut b, x)
-            }
-            Kv::U32(x) => {
-                b.extend(4u32.to_le_bytes());
-                b.extend(x.to_le_bytes())
-            }
-            Kv::Bool(x) => {
-                b.extend(7u32.to_le_bytes());
-                b.push(*x as u8)
-            }
-            Kv::Strs(xs) => {
-                b.extend(9u32.to_le_bytes());
-                b.extend(8u32.to_le_bytes());
-                b.extend((xs.len() as u64).to_le_bytes());
-                xs.iter().for_each(|x| s(&mut b, x))
-            }
-            Kv::I32s(xs) => {
-                b.extend(9u32.to_le_bytes());
-                b.extend(5u32.to_le_bytes());
-                b.extend((xs.len() as u64).to_le_bytes());
-                xs.iter().for_each(|x| b.extend(x.to_le_bytes()))
-            }
-        }
-    }
-    b
-}
-
 /// llama.cpp's `_set_vocab_gpt2`: every id up to `n_vocab` (`[PAD<i>]`, UNUSED, where the
 /// tokenizer has none), added tokens CONTROL when special or special-looking (`<|...|>`) and
 /// USER_DEFINED otherwise, the merges as "left right"; BOS/EOS from tokenizer_config.json.
@@ -206,25 +158,30 @@ fn gguf_from_tokenizer_json(json: &str, config: &str, pre: &str, n_vocab: usize)
         let text = v.as_str().or_else(|| v["content"].as_str())?;
         tokens.iter().position(|t| t == text).map(|i| i as u32)
     };
+    let strs = |v: Vec<String>| G::Array(v.into_iter().map(G::String).collect());
     let mut kvs = vec![
-        ("general.architecture", Kv::Str("llama".into())),
-        ("tokenizer.ggml.model", Kv::Str("gpt2".into())),
-        ("tokenizer.ggml.pre", Kv::Str(pre.into())),
-        ("tokenizer.ggml.tokens", Kv::Strs(tokens.clone())),
-        ("tokenizer.ggml.token_type", Kv::I32s(types)),
-        ("tokenizer.ggml.merges", Kv::Strs(merges)),
+        ("general.architecture", G::String("llama".into())),
+        ("tokenizer.ggml.model", G::String("gpt2".into())),
+        ("tokenizer.ggml.pre", G::String(pre.into())),
+        ("tokenizer.ggml.tokens", strs(tokens.clone())),
+        ("tokenizer.ggml.token_type", G::Array(types.into_iter().map(G::I32).collect())),
+        ("tokenizer.ggml.merges", strs(merges)),
     ];
     if let Some(b) = id_of("bos_token") {
-        kvs.push(("tokenizer.ggml.bos_token_id", Kv::U32(b)));
+        kvs.push(("tokenizer.ggml.bos_token_id", G::U32(b)));
     }
     if let Some(e) = id_of("eos_token") {
-        kvs.push(("tokenizer.ggml.eos_token_id", Kv::U32(e)));
+        kvs.push(("tokenizer.ggml.eos_token_id", G::U32(e)));
     }
     // tokenizer_config's add_bos_token, else whether the post-processor adds BOS (Llama 3).
     let add_bos =
         c["add_bos_token"].as_bool().unwrap_or_else(|| t["post_processor"].to_string().contains("SpecialToken"));
-    kvs.push(("tokenizer.ggml.add_bos_token", Kv::Bool(add_bos)));
-    GgufFile::read(&MemSource::new(gguf_bytes(&kvs), "converted.gguf")).unwrap()
+    kvs.push(("tokenizer.ggml.add_bos_token", G::Bool(add_bos)));
+    let mut w = GgufWriter::new();
+    for (k, v) in kvs {
+        w.add(k, v).unwrap();
+    }
+    GgufFile::read(&MemSource::new(w.to_bytes().unwrap(), "converted.gguf")).unwrap()
 }
 
 fn converted_gguf(family: &str, pre: &str, n_vocab: usize) -> Option<Tokenizer> {
