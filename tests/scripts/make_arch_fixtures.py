@@ -120,12 +120,15 @@ PHI3_MINI_128K = dict(model_type="phi3", architectures=["Phi3ForCausalLM"], hidd
 CONFIG_CLASSES = {"llama": LlamaConfig, "phi3": Phi3Config}
 
 
-def init_weights(model, family):
-    """Wider weights than the default init (std 0.02 gives near-flat logits in a tiny model)."""
-    g = torch.Generator().manual_seed(SEED)
+def init_weights(model, family, seed=SEED):
+    """Wider weights than the default init (std 0.02 gives near-flat logits in a tiny model).
+    A multimodal wrapper's vision tower keeps its own init (the engine never reads it)."""
+    g = torch.Generator().manual_seed(seed)
     gemma = family.startswith("gemma")
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if "vision" in name or "multi_modal" in name:
+                continue
             if "norm" in name:
                 # Gemma's RMSNorm multiplies by (1 + w), the others by w: both end up near 1 +- 0.1.
                 base = 0.0 if gemma else 1.0

@@ -48,6 +48,8 @@ import transformers
 from transformers import (AutoModelForCausalLM, GemmaConfig, Gemma2Config, Gemma3Config, Gemma3ForConditionalGeneration,
                           Gemma3TextConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config)
 
+from make_arch_fixtures import init_weights  # the fixtures' initialisation, so variants match them
+
 VOCAB = 256
 # Small shapes: hidden 64, 4 heads of 16 (2 KV heads), 2 layers.
 BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -261,23 +263,6 @@ def build_model(cfg, family):
     return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
 
 
-def init_wide(model, family, seed):
-    g = torch.Generator().manual_seed(seed)
-    gemma = family.startswith("gemma")
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "vision" in name or "multi_modal" in name:
-                continue
-            if "norm" in name:
-                p.copy_((0.0 if gemma else 1.0) + 0.1 * torch.randn(p.shape, generator=g))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            elif "embed" in name or "lm_head" in name:
-                p.copy_((0.12 if gemma and "embed" in name else 0.3) * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.15 * torch.randn(p.shape, generator=g))
-
-
 def prompt_ids(n, vocab, seed):
     rng = np.random.default_rng(seed)
     return [int(x) for x in rng.integers(3, vocab, n)]
@@ -290,7 +275,7 @@ def save(v, out, init="wide"):
     cfg = make_config(v)
     model = build_model(cfg, v["family"])
     if init == "wide":
-        init_wide(model, v["family"], seed)
+        init_weights(model, v["family"], seed)
     # (Re)tie after the re-draw: tied models keep one matrix.
     model.tie_weights()
     dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[v["dtype"]]
