@@ -7,3 +7,14 @@
 fn reduce4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     return subgroupAdd(v);
 }
+
+// Max over the aligned quad of invocations lid & ~3 .. (lid & ~3) + 3.
+fn quad_max(v: f32, lid: u32) -> f32 {
+    let a = max(v, subgroupShuffleXor(v, 1u));
+    return max(a, subgroupShuffleXor(a, 2u));
+}
+
+// Sum over the aligned pair of invocations lid & ~1, (lid & ~1) + 1.
+fn pair_add(v: f32, lid: u32) -> f32 {
+    return v + subgroupShuffleXor(v, 1u);
+}

@@ -17,3 +17,22 @@ fn reduce4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     workgroupBarrier();
     return r;
 }
+
+// Max over the aligned quad of invocations lid & ~3 .. (lid & ~3) + 3 (every invocation calls it).
+fn quad_max(v: f32, lid: u32) -> f32 {
+    red[lid].x = v;
+    workgroupBarrier();
+    let b = lid & ~3u;
+    let r = max(max(red[b].x, red[b + 1u].x), max(red[b + 2u].x, red[b + 3u].x));
+    workgroupBarrier();
+    return r;
+}
+
+// Sum over the aligned pair of invocations lid & ~1, (lid & ~1) + 1 (every invocation calls it).
+fn pair_add(v: f32, lid: u32) -> f32 {
+    red[lid].x = v;
+    workgroupBarrier();
+    let r = red[lid & ~1u].x + red[lid | 1u].x;
+    workgroupBarrier();
+    return r;
+}

@@ -8,6 +8,14 @@
 // masking a nibble in place (no shift) leaves q * 16^i, which is undone by scaling the activation
 // by 16^-i once per chunk (exact: powers of two). Per block, sum(w*x) = s * sum(q*x) + o * sum(x).
 //
+// With IDOT (quantized layouts only), the activation tile is instead staged as integers: per
+// 32-element block a scale d and, per element, two signed bytes c and f with x ~ d * (c + f / 254)
+// (error below 2^-15 of the block's largest value; one byte alone, as llama.cpp's integer kernels
+// use, moved SmolLM2's logits by up to 1.1 against the f32 reference). A word of eight nibbles
+// then costs four `dot4I8Packed` (4-way integer multiply-add) and three bit operations instead of
+// ~24 float instructions, and decode is otherwise bound by instruction issue, not memory. The
+// offset term uses the exact f32 block sums.
+//
 // With `norm`, x is RMS-normalized on the fly: scaled by the norm weight (vecs[NW_OFF..] +
 // NW_OFFSET) as it is staged, and the sum of squares comes back for the caller to apply 1/rms
 // after the reduction. Expects the kernel to declare K, WG, NW_OFF, NW_OFFSET, `x` (binding 2,
@@ -156,6 +164,109 @@ override XS_LEN: u32 = 576u;    // KT / 4 + KT / 32 (naga cannot size arrays by 
 var<workgroup> xs: array<vec4<f32>, XS_LEN>;
 var<workgroup> ssg: array<f32, 8>;
 
+override IDOT: bool = false;
+// IDOT tile, 5 slots a block: the coarse bytes (two vec4 of packed words), the fine bytes (two
+// more), then (d, sum of the first 16, sum of the last 16) as f32 bits. Word order follows the
+// weights: for Q4, the even and odd elements of each 8 in separate words (to meet nibbles masked
+// in place); for Q8, four consecutive elements a word. The 80-byte stride is bank-conflict-free.
+override XB_LEN: u32 = 5u;     // 5 * KT / 32 with IDOT
+var<workgroup> xb: array<vec4<u32>, XB_LEN>;
+
+// Coarse and fine bytes of four prescaled values (|s| <= 127).
+fn q2(s: vec4<f32>) -> vec2<u32> {
+    let c = round(s);
+    return vec2<u32>(pack4xI8(vec4<i32>(c)), pack4xI8(vec4<i32>(round((s - c) * 254.0))));
+}
+
+// Stage x[k0 .. k0 + len) (len a multiple of 32) as integer blocks; returns this invocation's sum
+// of squares of the raw x. Four neighbouring invocations share a block, eight values each, and
+// find its scale together (`quad_max`, reduce_*.wgsl). Every invocation must call it.
+fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
+    var ss = 0.0;
+    let n8 = len / 8u;
+    // Every invocation runs every trip (the quad operations need their neighbours); those past
+    // the end read a valid clamped address and write nothing.
+    for (var g0 = 0u; g0 < n8; g0 += WG) {
+        let g = g0 + lid;
+        let on = g < n8;
+        let k = k0 + 8u * min(g, n8 - 1u);
+        var a = x[k / 4u];
+        var b = x[k / 4u + 1u];
+        if (norm) {
+            ss += select(0.0, dot(a, a) + dot(b, b), on);
+            a *= norm_w(k);
+            b *= norm_w(k + 4u);
+        }
+        let m = max(abs(a), abs(b));
+        var amax = max(max(m.x, m.y), max(m.z, m.w));
+        amax = quad_max(amax, lid);
+        let inv = select(0.0, 127.0 / amax, amax > 0.0);
+        let hs = pair_add(dot(a + b, vec4<f32>(1.0)), lid);
+        var q0: vec2<u32>;
+        var q1: vec2<u32>;
+        if (LAYOUT == 3u) {
+            q0 = q2(vec4<f32>(a.xz, b.xz) * inv);
+            q1 = q2(vec4<f32>(a.yw, b.yw) * inv);
+        } else {
+            q0 = q2(a * inv);
+            q1 = q2(b * inv);
+        }
+        if (on) {
+            let j = g % 4u;
+            let slot = 5u * (g / 4u) + j / 2u;
+            let c = 2u * (j % 2u);
+            xb[slot][c] = q0.x;
+            xb[slot][c + 1u] = q1.x;
+            xb[slot + 2u][c] = q0.y;
+            xb[slot + 2u][c + 1u] = q1.y;
+            if (j == 0u) {
+                xb[slot + 4u].x = bitcast<u32>(amax / 127.0);
+                xb[slot + 4u].y = bitcast<u32>(hs);
+            }
+            if (j == 2u) {
+                xb[slot + 3u].z = bitcast<u32>(hs);
+            }
+        }
+    }
+    return ss;
+}
+
+// One staged block of x, as `idot` takes it.
+struct Xq {
+    c0: vec4<u32>, c1: vec4<u32>,   // coarse bytes, elements 0..15 and 16..31
+    f0: vec4<u32>, f1: vec4<u32>,   // fine bytes
+    md: vec4<f32>,                  // (d, sum of 0..15, sum of 16..31, -)
+}
+
+fn xq_get(c: u32) -> Xq {
+    return Xq(xb[5u * c], xb[5u * c + 1u], xb[5u * c + 2u], xb[5u * c + 3u], bitcast<vec4<f32>>(xb[5u * c + 4u]));
+}
+
+// Integer dots of four x words with four (already unpacked) weight words: coarse + fine / 254.
+fn idot4(w: vec4<u32>, c: vec4<u32>, f: vec4<u32>) -> f32 {
+    let ic = dot4I8Packed(w.x, c.x) + dot4I8Packed(w.y, c.y) + dot4I8Packed(w.z, c.z) + dot4I8Packed(w.w, c.w);
+    let i_f = dot4I8Packed(w.x, f.x) + dot4I8Packed(w.y, f.y) + dot4I8Packed(w.z, f.z) + dot4I8Packed(w.w, f.w);
+    return f32(ic) + f32(i_f) * (1.0 / 254.0);
+}
+
+// One row's quantized chunk against a staged block.
+fn idot(w: Wc, xq: Xq) -> f32 {
+    if (LAYOUT == 3u) {
+        let m = vec4<u32>(0x0f0f0f0fu);
+        let lo = (vec4<u32>(w.a.xx, w.a.yy) >> vec4<u32>(0u, 4u, 0u, 4u)) & m;
+        let hi = (vec4<u32>(w.a.zz, w.a.ww) >> vec4<u32>(0u, 4u, 0u, 4u)) & m;
+        let d = idot4(lo, xq.c0, xq.f0) + idot4(hi, xq.c1, xq.f1);
+        return w.m.x * xq.md.x * d + w.m.y * (xq.md.y + xq.md.z);
+    }
+    let dl = idot4(w.a, xq.c0, xq.f0);
+    let dh = idot4(w.b, xq.c1, xq.f1);
+    if (QBLOCK == 32u) {
+        return w.m.x * xq.md.x * (dl + dh) + w.m.y * (xq.md.y + xq.md.z);
+    }
+    return xq.md.x * (w.m.x * dl + w.m.z * dh) + w.m.y * xq.md.y + w.m.w * xq.md.z;
+}
+
+
 fn xs_slot(v: u32) -> u32 {
     return v + v / 8u;
 }
@@ -208,6 +319,17 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
         // memory round trips overlap; each later chunk is requested one step ahead.
         var w = wload4(r, min(k0 / ch + t, last));
         workgroupBarrier();
+        if (IDOT) {
+            ss += stage_q(k0, len, lid, norm);
+            workgroupBarrier();
+            for (var c = t; c < len / 32u; c += 32u * S) {
+                let next = wload4(r, min(k0 / 32u + c + 32u * S, last));
+                let xq = xq_get(c);
+                out.v += vec4<f32>(idot(w.r0, xq), idot(w.r1, xq), idot(w.r2, xq), idot(w.r3, xq));
+                w = next;
+            }
+            continue;
+        }
         ss += stage(k0, len, lid, norm);
         workgroupBarrier();
         for (var c = t; c < len / ch; c += 32u * S) {

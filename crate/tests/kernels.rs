@@ -133,6 +133,7 @@ fn check_linear(
     k: usize,
     with_bias: bool,
     accumulate: bool,
+    idot: bool,
 ) {
     let (words, meta, dense) = random_matrix(r, l, n, k);
     let x = r.vec(m * k);
@@ -157,6 +158,9 @@ fn check_linear(
                 ("EPI", accumulate as u32 as f64),
                 ("HAS_BIAS", with_bias as u32 as f64),
                 ("BIAS_OFF", 3.0),
+                // Integer activations: the whole row in one tile (KT defaults to 2048).
+                ("IDOT", idot as u32 as f64),
+                ("XB_LEN", 320.0),
             ],
             [n.div_ceil(8) as u32, 1, 1],
         ),
@@ -177,15 +181,65 @@ fn check_linear(
     g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid)
         .unwrap();
     let got = read(g, &yb, m * n);
-    let want = cpu_linear(&x, &dense, m, n, k, with_bias.then_some(&bias[..]), accumulate.then_some(&init[..]));
+    let mut want = cpu_linear(&x, &dense, m, n, k, with_bias.then_some(&bias[..]), accumulate.then_some(&init[..]));
+    if idot {
+        let dots = cpu_linear_idot(&x, &dense, &block_offsets(l, &meta), n, k);
+        want = (0..n)
+            .map(|j| dots[j] + if with_bias { bias[j] } else { 0.0 } + if accumulate { init[j] } else { 0.0 })
+            .collect();
+    }
     let scale = (k as f32).sqrt();
     assert_close(
         &got,
         &want,
         1e-4 * scale,
         1e-4,
-        &format!("{kernel:?} {l:?} m={m} n={n} k={k} bias={with_bias} acc={accumulate}"),
+        &format!("{kernel:?} {l:?} m={m} n={n} k={k} bias={with_bias} acc={accumulate} idot={idot}"),
     );
+}
+
+/// What the integer-activation staging (rowdot.wgsl `stage_q`) turns x into: per 32-block, with
+/// d = max|x| / 127, d * (c + f / 254) for the coarse and fine bytes c and f.
+fn idot_round(x: &[f32]) -> Vec<f32> {
+    x.chunks(32)
+        .flat_map(|b| {
+            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+            b.iter().map(move |v| {
+                let s = v * inv;
+                let c = s.round_ties_even();
+                let f = ((s - c) * 254.0).round_ties_even();
+                (c + f / 254.0) * (amax / 127.0)
+            })
+        })
+        .collect()
+}
+
+/// Each quant block's offset, from the meta buffer `random_matrix` made.
+fn block_offsets(l: L, meta: &[f32]) -> Vec<f32> {
+    match l {
+        L::Q4h | L::Q8h(_) => {
+            unpack_f16(&meta.iter().map(|m| m.to_bits()).collect::<Vec<_>>()).into_iter().skip(1).step_by(2).collect()
+        }
+        _ => meta.iter().skip(1).step_by(2).copied().collect(),
+    }
+}
+
+/// The integer-activation matvec's own arithmetic, in f64: quant terms against the rounded x,
+/// offset terms against x's exact block sums: sum_i (w_i - o_i) * round(x)_i + o_i * x_i.
+fn cpu_linear_idot(x: &[f32], w: &[f32], offsets: &[f32], n: usize, k: usize) -> Vec<f32> {
+    let xq = idot_round(x);
+    let block = n * k / offsets.len();
+    (0..n)
+        .map(|j| {
+            (0..k)
+                .map(|t| {
+                    let o = offsets[(j * k + t) / block] as f64;
+                    (w[j * k + t] as f64 - o) * xq[t] as f64 + o * x[t] as f64
+                })
+                .sum::<f64>() as f32
+        })
+        .collect()
 }
 
 fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
@@ -199,23 +253,37 @@ fn matvec_norm_and_glu() {
     let g = gpu();
     let mut r = R::new();
     let (f, k, eps) = (37usize, 256usize, 1e-5f32);
-    // (layout, GLU, invocations per workgroup, slices per row block)
-    for (l, glu, wg, slices) in [
-        (L::Q4, true, 64usize, 1usize),
-        (L::Q8(16), false, 64, 1),
-        (L::F16, true, 64, 1),
-        (L::Q4, false, 256, 2),
-        (L::Q8(32), true, 256, 8),
+    // (layout, GLU, invocations per workgroup, slices per row block, integer activations)
+    for (l, glu, wg, slices, idot) in [
+        (L::Q4, true, 64usize, 1usize, false),
+        (L::Q8(16), false, 64, 1, false),
+        (L::F16, true, 64, 1, false),
+        (L::Q4, false, 256, 2, false),
+        (L::Q8(32), true, 256, 8, false),
+        (L::Q4, true, 64, 1, true),
+        (L::Q8(16), false, 64, 1, true),
+        (L::Q4h, false, 256, 2, true),
+        (L::Q8h(32), true, 256, 8, true),
     ] {
         let n = if glu { 2 * f } else { f };
         let (words, meta, dense) = random_matrix(&mut r, l, n, k);
-        let x: Vec<f32> = r.vec(k).iter().map(|v| v * 3.0).collect();
+        let mut x: Vec<f32> = r.vec(k).iter().map(|v| v * 3.0).collect();
+        // One outlier, as real activations have: integer activations scale each 32-block by its
+        // largest value, so this block's other values carry the most rounding.
+        x[37] = 250.0;
         let nw = r.vec(k);
         // Biases after the norm weight (gate and up rows both get theirs before the GLU).
         let bias = r.vec(n);
         let vecs: Vec<f32> = [vec![0.0; 5], nw.clone(), bias.clone()].concat();
         let xn = rms(&x, &nw, eps);
-        let lin = cpu_linear(&xn, &dense, 1, n, k, Some(&bias), None);
+        let mut lin = cpu_linear(&xn, &dense, 1, n, k, Some(&bias), None);
+        if idot {
+            // The kernel rounds x * nw, and applies 1 / rms(x) after the dot products.
+            let inv = xn[0] / (x[0] * nw[0]);
+            let xw: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            let dots = cpu_linear_idot(&xw, &dense, &block_offsets(l, &meta), n, k);
+            lin = dots.iter().zip(&bias).map(|(d, b)| d * inv + b).collect();
+        }
         let want: Vec<f32> = if glu {
             (0..f).map(|j| (lin[j] as f64 / (1.0 + (-lin[j] as f64).exp()) * lin[f + j] as f64) as f32).collect()
         } else {
@@ -240,6 +308,8 @@ fn matvec_norm_and_glu() {
             // Four activation tiles: the norm's sum of squares spans them.
             ("KT", 64.0),
             ("XS_LEN", 18.0),
+            ("XB_LEN", 10.0),
+            ("IDOT", idot as u32 as f64),
             ("WG", wg as f64),
             ("S", slices as f64),
         ];
@@ -253,7 +323,8 @@ fn matvec_norm_and_glu() {
             [wgs as u32, 1, 1],
         )
         .unwrap();
-        assert_close(&read(&g, &yb, want.len()), &want, 1e-4, 1e-4, &format!("matvec norm {l:?} glu={glu}"));
+        let what = format!("matvec norm {l:?} glu={glu} idot={idot}");
+        assert_close(&read(&g, &yb, want.len()), &want, 1e-4, 1e-4, &what);
     }
 }
 
@@ -262,11 +333,14 @@ fn matvec_all_layouts() {
     let g = gpu();
     let mut r = R::new();
     for l in ALL {
-        check_linear(&g, &mut r, Kernel::MatVec, l, 1, 70, 96, false, false);
-        check_linear(&g, &mut r, Kernel::MatVec, l, 1, 33, 576, true, true);
-        if matches!(l, L::F32 | L::F16 | L::BF16) {
+        let quantized = !matches!(l, L::F32 | L::F16 | L::BF16);
+        for idot in if quantized { vec![false, true] } else { vec![false] } {
+            check_linear(&g, &mut r, Kernel::MatVec, l, 1, 70, 96, false, false, idot);
+            check_linear(&g, &mut r, Kernel::MatVec, l, 1, 33, 576, true, true, idot);
+        }
+        if !quantized {
             // Float rows only need K % 8 == 0 (HF folders of odd sizes).
-            check_linear(&g, &mut r, Kernel::MatVec, l, 1, 21, 40, true, false);
+            check_linear(&g, &mut r, Kernel::MatVec, l, 1, 21, 40, true, false, false);
         }
     }
 }
@@ -276,10 +350,10 @@ fn matmul_all_layouts() {
     let g = gpu();
     let mut r = R::new();
     for l in ALL {
-        check_linear(&g, &mut r, Kernel::MatMul, l, 70, 130, 96, false, false);
-        check_linear(&g, &mut r, Kernel::MatMul, l, 5, 64, 160, true, true);
+        check_linear(&g, &mut r, Kernel::MatMul, l, 70, 130, 96, false, false, false);
+        check_linear(&g, &mut r, Kernel::MatMul, l, 5, 64, 160, true, true, false);
     }
-    check_linear(&g, &mut r, Kernel::MatMul, L::Q4, 129, 65, 64, true, false);
+    check_linear(&g, &mut r, Kernel::MatMul, L::Q4, 129, 65, 64, true, false, false);
 }
 
 #[test]
@@ -439,14 +513,28 @@ fn qkv_rope_fused_decode() {
     let (hd, nh, nkv, ctx, pos0, k, eps) = (32usize, 3usize, 1usize, 16usize, 7usize, 96usize, 1e-5f32);
     let (qd, kvd) = (nh * hd, nkv * hd);
     let n = qd + 2 * kvd;
-    for (l, bias) in [(L::Q4, false), (L::Q8(32), true), (L::F32, true), (L::Q4h, true)] {
+    for (l, bias, idot) in [
+        (L::Q4, false, false),
+        (L::Q8(32), true, false),
+        (L::F32, true, false),
+        (L::Q4h, true, false),
+        (L::Q4h, true, true),
+        (L::Q8(32), false, true),
+    ] {
         let (inv, table) = rope_table(ctx, hd);
         let (words, meta, dense) = random_matrix(&mut r, l, n, k);
         let x = r.vec(k);
         let nw = r.vec(k);
         let b = r.vec(n);
         let vecs: Vec<f32> = [nw.clone(), b.clone()].concat();
-        let mut lin = cpu_linear(&rms(&x, &nw, eps), &dense, 1, n, k, bias.then_some(&b[..]), None);
+        let xn = rms(&x, &nw, eps);
+        let mut lin = cpu_linear(&xn, &dense, 1, n, k, bias.then_some(&b[..]), None);
+        if idot {
+            let inv = xn[0] / (x[0] * nw[0]);
+            let xw: Vec<f32> = x.iter().zip(&nw).map(|(a, c)| a * c).collect();
+            let dots = cpu_linear_idot(&xw, &dense, &block_offsets(l, &meta), n, k);
+            lin = dots.iter().zip(&b).map(|(d, bj)| d * inv + if bias { *bj } else { 0.0 }).collect();
+        }
         let want_q: Vec<f32> = (0..nh).flat_map(|h| rotate(&lin[h * hd..(h + 1) * hd], pos0, &inv)).collect();
         let (wb, xb, vb, rb) = (buf_u32(&g, &words), buf_f32(&g, &x), buf_f32(&g, &vecs), buf_f32(&g, &table));
         let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
@@ -460,6 +548,8 @@ fn qkv_rope_fused_decode() {
             ("K", k as f64),
             ("KT", 64.0),
             ("XS_LEN", 18.0),
+            ("XB_LEN", 10.0),
+            ("IDOT", idot as u32 as f64),
             ("QD", qd as f64),
             ("KVD", kvd as f64),
             ("HD", hd as f64),
@@ -472,7 +562,7 @@ fn qkv_rope_fused_decode() {
         ];
         let bufs = [(0, &wb), (1, &mb), (2, &xb), (3, &qb), (4, &vb), (6, &kvb), (7, &rb)];
         g.dispatch_once(Kernel::QkvRope, &consts, &bufs, [1, pos0 as u32, 0, 0], [n.div_ceil(8) as u32, 1, 1]).unwrap();
-        assert_close(&read(&g, &qb, qd), &want_q, 1e-4, 1e-4, &format!("fused q {l:?}"));
+        assert_close(&read(&g, &qb, qd), &want_q, 1e-4, 1e-4, &format!("fused q {l:?} idot={idot}"));
         lin.truncate(n);
         check_cache(&unpack_f16(&read_u32(&g, &kvb, 2 * nkv * ctx * hd / 2)), &[lin], nh, nkv, hd, ctx, pos0, &inv);
     }

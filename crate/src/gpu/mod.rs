@@ -20,6 +20,8 @@ pub struct AdapterSummary {
     pub max_workgroup_storage_size: u32,
     pub shader_f16: bool,
     pub subgroups: bool,
+    /// Quantized decode uses 8-bit activations with WGSL's packed integer dot products.
+    pub integer_dot: bool,
     pub timestamps: bool,
     pub timestamps_in_passes: bool,
 }
@@ -83,6 +85,13 @@ impl Gpu {
         let sg32 =
             features.contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
         let sg32 = sg32 && std::env::var("FERROLM_NO_SUBGROUPS").is_err();
+        // Integer activations for quantized decode matvecs need WGSL's 4x8-bit dot products.
+        // Measured faster natively (H100, BENCHMARKS.md); browsers map them to whatever their
+        // platform has (a slow polyfill on some), so the web keeps the f32 path until measured
+        // there. FERROLM_NO_IDOT=1 forces the f32 path.
+        let idot = cfg!(not(target_arch = "wasm32"))
+            && instance.wgsl_language_features().contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
+            && std::env::var("FERROLM_NO_IDOT").is_err();
         // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
         let mut wanted = features
             & (wgpu::Features::TIMESTAMP_QUERY
@@ -129,10 +138,11 @@ impl Gpu {
             max_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: sg32,
+            integer_dot: idot,
             timestamps: wanted.contains(wgpu::Features::TIMESTAMP_QUERY),
             timestamps_in_passes: wanted.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         };
-        let pipelines = Pipelines::new(sg32);
+        let pipelines = Pipelines::new(sg32, idot);
         Ok(Gpu { device, queue, summary, limits, pipelines, error })
     }
 

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, Kernel, Pipeline};
 use crate::model::weights::{GpuMatrix, ModelWeights};
 use crate::model::ModelConfig;
+use crate::weights::pack::Layout;
 use std::rc::Rc;
 
 /// Token ids the GPU sampler can hold for the CPU to read back, one per in-flight step.
@@ -246,13 +247,9 @@ struct Builder<'a> {
 }
 
 /// Decode matvecs split rows into slices while they have fewer workgroups than this. Measured on
-/// the H200 with 64/96/128/192: 96 was best for the 1B and Phi-3 shapes, all alike for SmolLM2.
-const MV_MIN_WORKGROUPS: usize = 96;
-
-/// Padded vec4 slots of a staged activation tile (rowdot.wgsl `xs_slot`).
-fn xs_len(kt: usize) -> f64 {
-    (kt / 4 + kt / 32 + 1) as f64
-}
+/// the H100 with integer activations, 96/132/200/264: 132 (its SM count) was best for the Phi-3
+/// shape (+1.5% over 96; 200 and up lost 3%), and within 1% of the best for the 1B shape.
+const MV_MIN_WORKGROUPS: usize = 132;
 
 fn b(v: bool) -> f64 {
     v as u32 as f64
@@ -279,18 +276,19 @@ impl Builder<'_> {
         self.ops.push(Op { label, pipeline, bind, grid });
     }
 
-    /// Activation elements a decode matvec stages in workgroup memory at once: all of x when it
-    /// fits the adapter's workgroup storage (4.5 bytes an element with padding, beside the
-    /// portable reduction's 4 KiB), else tiles of a multiple of 256.
-    fn x_tile(&self, k: usize) -> usize {
+    /// How a decode matvec over rows of `k` elements of `layout` stages its activation vector in
+    /// workgroup memory (rowdot.wgsl): as 8-bit blocks where the adapter has integer dot products
+    /// and the weights are quantized (2.5 bytes an element), else as padded f32 (4.5 bytes an
+    /// element). All of x when it fits the adapter's workgroup storage (beside the portable
+    /// reduction's 4 KiB), else tiles of a multiple of 256. The constants KT, XS_LEN, XB_LEN, IDOT.
+    fn x_stage(&self, k: usize, layout: Layout) -> [(&'static str, f64); 4] {
+        let idot = self.gpu.pipelines.idot && layout.block() > 1;
         let reserve = if self.gpu.pipelines.subgroups { 64 } else { 4096 + 64 };
         let avail = (self.gpu.limits.max_compute_workgroup_storage_size as usize).saturating_sub(reserve);
-        let max = (avail * 2 / 9) / 256 * 256;
-        if k <= max {
-            k
-        } else {
-            max.max(256)
-        }
+        let max = if idot { avail * 2 / 5 } else { avail * 2 / 9 } / 256 * 256;
+        let kt = if k <= max { k } else { max.max(256) };
+        let (xs, xb) = if idot { (1, 5 * kt / 32) } else { (kt / 4 + kt / 32 + 1, 5) };
+        [("KT", kt as f64), ("XS_LEN", xs as f64), ("XB_LEN", xb as f64), ("IDOT", b(idot))]
     }
 
     /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU) and an
@@ -314,7 +312,7 @@ impl Builder<'_> {
         let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
         let per_block = if epi == 2 { 2 } else { 4 };
         let (wg, slices) = self.mv_shape(outputs.div_ceil(per_block), w.cols, w.layout.block());
-        let kt = self.x_tile(w.cols);
+        let [kt, xs, xb, idot] = self.x_stage(w.cols, w.layout);
         let consts = [
             l0,
             l1,
@@ -332,8 +330,10 @@ impl Builder<'_> {
             ("BIAS_OFF", bias.unwrap_or(0) as f64),
             ("WG", wg as f64),
             ("S", slices as f64),
-            ("KT", kt as f64),
-            ("XS_LEN", xs_len(kt)),
+            kt,
+            xs,
+            xb,
+            idot,
             ("ARGMAX", b(argmax)),
         ];
         let wgs = outputs.div_ceil(per_block * wg / 32 / slices) as u32;
@@ -445,6 +445,7 @@ pub fn build(
         let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
         if fused_qkv {
             let [l0, l1, l2] = lw.wqkv.layout_constants();
+            let [kt, xs, xb, idot] = p.x_stage(cfg.hidden, lw.wqkv.layout);
             let (wg, slices) = p.mv_shape((qd + 2 * kvd).div_ceil(4), cfg.hidden, lw.wqkv.layout.block());
             let consts = [
                 l0,
@@ -463,8 +464,10 @@ pub fn build(
                 ("BIAS_OFF", off.qkv_bias.unwrap_or(0) as f64),
                 ("WG", wg as f64),
                 ("S", slices as f64),
-                ("KT", p.x_tile(cfg.hidden) as f64),
-                ("XS_LEN", xs_len(p.x_tile(cfg.hidden))),
+                kt,
+                xs,
+                xb,
+                idot,
             ];
             let bufs =
                 [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
