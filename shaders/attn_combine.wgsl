@@ -44,35 +44,68 @@ fn reduce_wg(v: f32, tid: u32, max_op: bool) -> f32 {
     return r;
 }
 
+// Dimension d of split s (0 past the last split).
+fn first_val(base: u32, stride: u32, s: u32, n_splits: u32, d: u32) -> f32 {
+    if (s < n_splits) {
+        return part[base + s * stride + d];
+    }
+    return 0.0;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let h = wg.x;
     let n_splits = min((step.pos0 + CH) / CH, MAX_SPLITS);
-    let stride = HD + 2u;
+    let stride = HD + 4u;   // acc[HD], max, sum, 2 pad (vec4-aligned for rowdot.wgsl's merge)
     let base = h * ((CTX + CH - 1u) / CH) * stride;
-    var mx = -3.0e38;
-    for (var s = tid; s < n_splits; s += WG) {
+    // This invocation's first reads are all requested at once (a split's (max, sum), and the
+    // values it sums first), so one memory round trip precedes the reductions, not three.
+    let g = tid / 64u;
+    let d1 = tid % 64u;
+    var m_own = -3.0e38;
+    var l_own = 0.0;
+    if (tid < n_splits) {
+        m_own = part[base + tid * stride + HD];
+        l_own = part[base + tid * stride + HD + 1u];
+    }
+    var pre = vec4<f32>(0.0);
+    if (d1 < HD) {
+        pre = vec4<f32>(first_val(base, stride, g, n_splits, d1), first_val(base, stride, g + GROUPS, n_splits, d1),
+                        first_val(base, stride, g + 2u * GROUPS, n_splits, d1),
+                        first_val(base, stride, g + 3u * GROUPS, n_splits, d1));
+    }
+    var mx = m_own;
+    for (var s = tid + WG; s < n_splits; s += WG) {
         mx = max(mx, part[base + s * stride + HD]);
     }
     let big_m = reduce_wg(mx, tid, true);
-    var l = 0.0;
-    for (var s = tid; s < n_splits; s += WG) {
+    // Splits wholly outside a sliding window carry nothing; w_sh is 0 past the last split.
+    var w_own = 0.0;
+    if (m_own > -1.0e38) {
+        w_own = exp(m_own - big_m);
+    }
+    w_sh[tid] = w_own;
+    var l = w_own * l_own;
+    for (var s = tid + WG; s < n_splits; s += WG) {
         let b = base + s * stride;
         let m = part[b + HD];
         var w = 0.0;
-        if (m > -1.0e38) {   // splits wholly outside a sliding window carry nothing
+        if (m > -1.0e38) {
             w = exp(m - big_m);
         }
         w_sh[s] = w;
         l += w * part[b + HD + 1u];
     }
     let inv = 1.0 / reduce_wg(l, tid, false);   // its barriers also publish w_sh
-    let g = tid / 64u;
     for (var d0 = 0u; d0 < HD; d0 += 64u) {
-        let d = d0 + tid % 64u;
+        let d = d0 + d1;
         var acc = 0.0;
         if (d < HD) {
             var s = g;
+            if (d0 == 0u) {
+                acc = dot(pre, vec4<f32>(w_sh[g], w_sh[g + GROUPS], w_sh[g + 2u * GROUPS], w_sh[g + 3u * GROUPS]));
+                s = g + 4u * GROUPS;
+            }
             for (; s + 3u * GROUPS < n_splits; s += 4u * GROUPS) {
                 let a0 = part[base + s * stride + d];
                 let a1 = part[base + (s + GROUPS) * stride + d];

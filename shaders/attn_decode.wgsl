@@ -26,7 +26,7 @@ const WG: u32 = 128u;  // invocations: one key each while scoring, (word, key gr
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> v_cache: array<u32>;
-@group(0) @binding(3) var<storage, read_write> part: array<f32>;   // [NH][splits][HD + 2]
+@group(0) @binding(3) var<storage, read_write> part: array<f32>;   // [NH][splits][HD + 4]
 @group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> q_sh: array<vec4<f32>, 64>;
@@ -105,11 +105,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     // Splits sit on absolute positions, so the merge step can find them from the position alone.
     let c0 = split * CH;
     let words = HD / 2u;
-    let slot = (h * ((CTX + CH - 1u) / CH) + split) * (HD + 2u);
+    let slot = (h * ((CTX + CH - 1u) / CH) + split) * (HD + 4u);
     // Every load that needs neither q nor the softmax is requested first, so their round trips
     // overlap instead of adding up (a loop that consumes each load right away waits one memory
     // latency per iteration: that made this kernel ~13 us at 640 keys). Keys: one per invocation
-    // (the upper half of the workgroup idles while scoring), its first 8 16-byte pieces early.
+    // (the upper half of the workgroup idles while scoring), its first 12 16-byte pieces early.
     let j = c0 + tid;
     let live = tid < CH && j >= start && j < end;
     let kb = (kvh * CAP + j % CAP) * (words / 4u);
@@ -122,6 +122,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var k5 = vec4<u32>(0u);
     var k6 = vec4<u32>(0u);
     var k7 = vec4<u32>(0u);
+    var k8 = vec4<u32>(0u);
+    var k9 = vec4<u32>(0u);
+    var k10 = vec4<u32>(0u);
+    var k11 = vec4<u32>(0u);
     if (live && n4 >= 4u) {
         k0 = k_cache[kb];
         k1 = k_cache[kb + 1u];
@@ -134,7 +138,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         k6 = k_cache[kb + 6u];
         k7 = k_cache[kb + 7u];
     }
-    // Values: invocation (w, g) sums value word w over keys g, g + kg, ...; the first 16 early.
+    if (live && n4 >= 12u) {
+        k8 = k_cache[kb + 8u];
+        k9 = k_cache[kb + 9u];
+        k10 = k_cache[kb + 10u];
+        k11 = k_cache[kb + 11u];
+    }
+    // Values: invocation (w, g) sums value word w over keys g, g + kg, ...; the first 32 early
+    // (all of them for HD up to 128: with one round trip per later load, HD 96 and 128 spent
+    // ~4 extra memory latencies here).
     // HD <= 256 gives at most 128 words: one pass covers every word (no loop around barriers:
     // WGSL requires them in uniform control flow, and browsers enforce it).
     let v_base = (NKV + kvh) * CAP * words;
@@ -147,11 +159,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var vb = vec4<u32>(0u);
     var vc = vec4<u32>(0u);
     var vd = vec4<u32>(0u);
+    var ve = vec4<u32>(0u);
+    var vf = vec4<u32>(0u);
+    var vg = vec4<u32>(0u);
+    var vh = vec4<u32>(0u);
     if (vlive) {
         va = vraw4(v_base, c0, g, kg, w);
         vb = vraw4(v_base, c0, g + 4u * kg, kg, w);
         vc = vraw4(v_base, c0, g + 8u * kg, kg, w);
         vd = vraw4(v_base, c0, g + 12u * kg, kg, w);
+    }
+    if (vlive && g + 16u * kg < CH) {
+        ve = vraw4(v_base, c0, g + 16u * kg, kg, w);
+        vf = vraw4(v_base, c0, g + 20u * kg, kg, w);
+        vg = vraw4(v_base, c0, g + 24u * kg, kg, w);
+        vh = vraw4(v_base, c0, g + 28u * kg, kg, w);
     }
     if (tid < HD / 4u) {
         let i = h * HD + 4u * tid;
@@ -170,6 +192,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         if (n4 >= 8u) {
             d += kdot(k4, 4u) + kdot(k5, 5u) + kdot(k6, 6u) + kdot(k7, 7u);
             i = 8u;
+        }
+        if (n4 >= 12u) {
+            d += kdot(k8, 8u) + kdot(k9, 9u) + kdot(k10, 10u) + kdot(k11, 11u);
+            i = 12u;
         }
         for (; i + 4u <= n4; i += 4u) {
             let a0 = k_cache[kb + i];
@@ -201,7 +227,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var acc = vec2<f32>(0.0);
     if (vlive) {
         acc = pv4(g, kg, va) + pv4(g + 4u * kg, kg, vb) + pv4(g + 8u * kg, kg, vc) + pv4(g + 12u * kg, kg, vd);
-        for (var i = g + 16u * kg; i < CH; i += 4u * kg) {
+        if (g + 16u * kg < CH) {
+            acc += pv4(g + 16u * kg, kg, ve) + pv4(g + 20u * kg, kg, vf) + pv4(g + 24u * kg, kg, vg) +
+                   pv4(g + 28u * kg, kg, vh);
+        }
+        for (var i = g + 32u * kg; i < CH; i += 4u * kg) {
             acc += pv4(i, kg, vraw4(v_base, c0, i, kg, w));
         }
     }

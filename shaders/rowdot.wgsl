@@ -153,6 +153,89 @@ fn wdot4(w: W4, xc: Xc) -> vec4<f32> {
     return vec4<f32>(wdot(w.r0, xc), wdot(w.r1, xc), wdot(w.r2, xc), wdot(w.r3, xc));
 }
 
+// With MERGE (the attention output projection, at depths of at most MSPLITS splits), x is the
+// split attention partials of attn_decode.wgsl ([heads][MCAP][MHD + 4]: acc, max, sum, pad),
+// merged while staging as attn_combine.wgsl would: that saves its dispatch and its round trips.
+override MERGE: bool = false;
+override MHD: u32 = 64u;
+override MNH: u32 = 1u;
+override MCAP: u32 = 1u;
+override MW_LEN: u32 = 1u;     // MNH * MSPLITS with MERGE
+const MSPLITS: u32 = 16u;
+// Per head and split: (max, sum), then the split's weight e^(max - M) / L.
+var<workgroup> mw: array<vec2<f32>, MW_LEN>;
+
+// Every invocation must call it (barriers).
+fn merge_weights(lid: u32) {
+    let n = (step.pos0 + 64u) / 64u;   // splits holding positions 0 ..= pos0; the host keeps n <= MSPLITS
+    let stride = MHD + 4u;
+    for (var i = lid; i < MNH * MSPLITS; i += WG) {
+        let h = i / MSPLITS;
+        let sp = i % MSPLITS;
+        var ml = vec2<f32>(-3.0e38, 0.0);
+        if (sp < n) {
+            ml = x[(h * MCAP * stride + sp * stride + MHD) / 4u].xy;
+        }
+        mw[i] = ml;
+    }
+    workgroupBarrier();
+    for (var h = lid; h < MNH; h += WG) {
+        var big_m = -3.0e38;
+        for (var sp = 0u; sp < n; sp++) {
+            big_m = max(big_m, mw[h * MSPLITS + sp].x);
+        }
+        var l = 0.0;
+        for (var sp = 0u; sp < n; sp++) {
+            let ml = mw[h * MSPLITS + sp];
+            if (ml.x > -1.0e38) {   // splits wholly outside a sliding window carry nothing
+                l += exp(ml.x - big_m) * ml.y;
+            }
+        }
+        for (var sp = 0u; sp < MSPLITS; sp++) {
+            let ml = mw[h * MSPLITS + sp];
+            var w = 0.0;
+            if (sp < n && ml.x > -1.0e38) {
+                w = exp(ml.x - big_m) / l;
+            }
+            mw[h * MSPLITS + sp] = vec2<f32>(w, 0.0);
+        }
+    }
+    workgroupBarrier();
+}
+
+// Split sp's accumulator at vec4 index v (zero past the last split).
+fn pacc(v: u32, sp: u32, n: u32) -> vec4<f32> {
+    if (sp < n) {
+        return x[v + sp * ((MHD + 4u) / 4u)];
+    }
+    return vec4<f32>(0.0);
+}
+
+// x[k .. k + 4), merged from the partials with MERGE. Eight splits' loads are issued together.
+fn xin(k: u32) -> vec4<f32> {
+    if (!MERGE) {
+        return x[k / 4u];
+    }
+    let h = k / MHD;
+    let v = (h * MCAP * (MHD + 4u) + k % MHD) / 4u;
+    let n = (step.pos0 + 64u) / 64u;
+    let wb = h * MSPLITS;
+    var acc = vec4<f32>(0.0);
+    for (var s0 = 0u; s0 < n; s0 += 8u) {
+        let a0 = pacc(v, s0, n);
+        let a1 = pacc(v, s0 + 1u, n);
+        let a2 = pacc(v, s0 + 2u, n);
+        let a3 = pacc(v, s0 + 3u, n);
+        let a4 = pacc(v, s0 + 4u, n);
+        let a5 = pacc(v, s0 + 5u, n);
+        let a6 = pacc(v, s0 + 6u, n);
+        let a7 = pacc(v, s0 + 7u, n);
+        acc += mw[wb + s0].x * a0 + mw[wb + s0 + 1u].x * a1 + mw[wb + s0 + 2u].x * a2 + mw[wb + s0 + 3u].x * a3 +
+               mw[wb + s0 + 4u].x * a4 + mw[wb + s0 + 5u].x * a5 + mw[wb + s0 + 6u].x * a6 + mw[wb + s0 + 7u].x * a7;
+    }
+    return acc;
+}
+
 // Activations are staged in workgroup memory one tile of KT elements at a time (x read once
 // per workgroup with coalesced loads, normalized once), at a padded index so the strided vec4
 // reads of a row group hit distinct banks.
@@ -190,8 +273,8 @@ fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
         let g = g0 + lid;
         let on = g < n8;
         let k = k0 + 8u * min(g, n8 - 1u);
-        var a = x[k / 4u];
-        var b = x[k / 4u + 1u];
+        var a = xin(k);
+        var b = xin(k + 4u);
         if (norm) {
             ss += select(0.0, dot(a, a) + dot(b, b), on);
             a *= norm_w(k);
@@ -279,7 +362,7 @@ fn xget(k: u32) -> vec4<f32> {
 fn stage(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
     var ss = 0.0;
     for (var v = lid; v < len / 4u; v += WG) {
-        var a = x[k0 / 4u + v];
+        var a = xin(k0 + 4u * v);
         if (norm) {
             ss += dot(a, a);
             a *= norm_w(k0 + 4u * v);
@@ -318,6 +401,9 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
         // This invocation's first chunk of the tile is requested before x is staged, so the two
         // memory round trips overlap; each later chunk is requested one step ahead.
         var w = wload4(r, min(k0 / ch + t, last));
+        if (MERGE && k0 == 0u) {
+            merge_weights(lid);
+        }
         workgroupBarrier();
         if (IDOT) {
             ss += stage_q(k0, len, lid, norm);

@@ -460,7 +460,7 @@ impl Engine {
                 break;
             }
         }
-        Ok(g.result(self.rt.decode.dispatches()))
+        Ok(g.result(self.rt.decode_dispatches()))
     }
 }
 
@@ -644,7 +644,7 @@ impl Runtime {
             return Ok(None);
         }
         let program = if n == 1 { &self.decode } else { &self.prefill };
-        let count = program.dispatches() as u32 + 1;
+        let count = program.dispatches(n, self.pos) as u32 + 1;
         let qs = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
             label: Some("profile"),
             ty: wgpu::QueryType::Timestamp,
@@ -705,12 +705,14 @@ impl Runtime {
         layers + w.lm_head().bytes + w.embed.bytes / w.embed.rows as u64
     }
 
+    /// Dispatches of a decode step at the current position (deep caches take one more per layer).
     pub fn decode_dispatches(&self) -> usize {
-        self.decode.dispatches()
+        self.decode.dispatches(1, self.pos)
     }
 
+    /// Dispatches of a full prefill chunk.
     pub fn prefill_dispatches(&self) -> usize {
-        self.prefill.dispatches()
+        self.prefill.dispatches(self.max_batch, 0)
     }
 }
 

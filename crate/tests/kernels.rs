@@ -779,7 +779,7 @@ fn split_kv_decode_attention() {
             }
         }
         let (qb, kvb) = (buf_f32(&g, &q), buf_u32(&g, &pack_f16(&ring)));
-        let part = poisoned(&g, nh * ctx.div_ceil(64) * (hd + 2));
+        let part = poisoned(&g, nh * ctx.div_ceil(64) * (hd + 4));
         let ob = poisoned(&g, nh * hd);
         let consts = [
             ("HD", hd as f64),
@@ -814,5 +814,41 @@ fn split_kv_decode_attention() {
             1e-4,
             &format!("split attention hd={hd} pos={pos} window={window} softcap={softcap} cap={cap}"),
         );
+        // The output projection can merge the splits itself while staging (rowdot.wgsl MERGE):
+        // its product must be the projection of the merged attention.
+        if end.div_ceil(64) <= 16 {
+            let attn = read(&g, &ob, nh * hd);
+            for (l, idot) in [(L::F32, false), (L::Q4, false), (L::Q4h, true)] {
+                let (n, k) = (24usize, nh * hd);
+                let (words, meta, dense) = random_matrix(&mut r, l, n, k);
+                let want_y = if idot {
+                    cpu_linear_idot(&attn, &dense, &block_offsets(l, &meta), n, k)
+                } else {
+                    cpu_linear(&attn, &dense, 1, n, k, None, None)
+                };
+                let (wb, vb, yb) = (buf_u32(&g, &words), buf_f32(&g, &[0.0; 4]), poisoned(&g, n));
+                let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
+                let [c0, c1, c2] = l.consts();
+                let consts = [
+                    c0,
+                    c1,
+                    c2,
+                    ("K", k as f64),
+                    ("N", n as f64),
+                    ("IDOT", idot as u32 as f64),
+                    ("XB_LEN", (5 * k / 32) as f64),
+                    ("MERGE", 1.0),
+                    ("MHD", hd as f64),
+                    ("MNH", nh as f64),
+                    ("MCAP", ctx.div_ceil(64) as f64),
+                    ("MW_LEN", (16 * nh) as f64),
+                ];
+                let bufs = [(0, &wb), (1, &mb), (2, &part), (3, &yb), (4, &vb)];
+                g.dispatch_once(Kernel::MatVec, &consts, &bufs, [1, pos as u32, 0, 0], [n.div_ceil(8) as u32, 1, 1])
+                    .unwrap();
+                let what = format!("merged projection {l:?} hd={hd} pos={pos} window={window}");
+                assert_close(&read(&g, &yb, n), &want_y, 1e-4 * (k as f32).sqrt(), 1e-4, &what);
+            }
+        }
     }
 }
