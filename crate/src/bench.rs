@@ -130,7 +130,8 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         ms_per_token: d / o.gen as f64,
         prefill_ms: pre,
         decode_ms: dec,
-        dispatches_per_token: rt.decode_dispatches(),
+        // The median step's (a cache past the model's short-merge depth takes one more a layer).
+        dispatches_per_token: rt.decode_dispatches_at(depth + o.gen / 2),
         prefill_dispatches_per_chunk: rt.prefill_dispatches(),
         submits_per_token: 1,
         readbacks_per_token: 1,

@@ -707,7 +707,12 @@ impl Runtime {
 
     /// Dispatches of a decode step at the current position (deep caches take one more per layer).
     pub fn decode_dispatches(&self) -> usize {
-        self.decode.dispatches(1, self.pos)
+        self.decode_dispatches_at(self.pos)
+    }
+
+    /// Dispatches of a decode step at cache position `pos`.
+    pub fn decode_dispatches_at(&self, pos: usize) -> usize {
+        self.decode.dispatches(1, pos)
     }
 
     /// Dispatches of a full prefill chunk.
