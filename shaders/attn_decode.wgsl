@@ -31,6 +31,7 @@ const WG: u32 = 128u;  // invocations: one key each while scoring, (word, key gr
 
 var<workgroup> q_sh: array<vec4<f32>, 64>;
 var<workgroup> p_sh: array<f32, 64>;
+var<workgroup> pd_sh: array<f32, 128>;
 var<workgroup> acc_sh: array<vec2<f32>, 128>;
 
 var<workgroup> m_sh: array<vec2<f32>, 128>;
@@ -51,9 +52,26 @@ fn softmax_stats(s: f32, live: bool, tid: u32) -> vec2<f32> {
     return m_sh[0];
 }
 
+// Piece i of a key (0 past its n4 pieces: they contribute nothing).
+fn kpiece(kb: u32, i: u32, n4: u32) -> vec4<u32> {
+    if (i < n4) {
+        return k_cache[kb + i];
+    }
+    return vec4<u32>(0u);
+}
+
+// q (pieces 2i, 2i + 1 of q_sh) against piece i of a key.
 fn kdot(kw: vec4<u32>, i: u32) -> f32 {
     return dot(q_sh[2u * i], vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y))) +
            dot(q_sh[2u * i + 1u], vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w)));
+}
+
+// kdot for pieces that may lie past the key's n4 (q_sh there is not written: never read it).
+fn kdg(kw: vec4<u32>, i: u32, n4: u32) -> f32 {
+    if (i < n4) {
+        return kdot(kw, i);
+    }
+    return 0.0;
 }
 
 fn vraw(base: u32, pos: u32, w: u32) -> u32 {
@@ -108,10 +126,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let slot = (h * ((CTX + CH - 1u) / CH) + split) * (HD + 4u);
     // Every load that needs neither q nor the softmax is requested first, so their round trips
     // overlap instead of adding up (a loop that consumes each load right away waits one memory
-    // latency per iteration: that made this kernel ~13 us at 640 keys). Keys: one per invocation
-    // (the upper half of the workgroup idles while scoring), its first 12 16-byte pieces early.
-    let j = c0 + tid;
-    let live = tid < CH && j >= start && j < end;
+    // latency per iteration: that made this kernel ~13 us at 640 keys). Keys: two invocations
+    // each, taking alternate 16-byte pieces (a pair reads whole 32-byte sectors, and each
+    // invocation's scoring is half as long); the first 8 pieces of each early (HD <= 128).
+    let j = c0 + tid / 2u;
+    let half = tid % 2u;
+    let live = j >= start && j < end;
     let kb = (kvh * CAP + j % CAP) * (words / 4u);
     let n4 = words / 4u;
     var k0 = vec4<u32>(0u);
@@ -122,27 +142,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var k5 = vec4<u32>(0u);
     var k6 = vec4<u32>(0u);
     var k7 = vec4<u32>(0u);
-    var k8 = vec4<u32>(0u);
-    var k9 = vec4<u32>(0u);
-    var k10 = vec4<u32>(0u);
-    var k11 = vec4<u32>(0u);
-    if (live && n4 >= 4u) {
-        k0 = k_cache[kb];
-        k1 = k_cache[kb + 1u];
-        k2 = k_cache[kb + 2u];
-        k3 = k_cache[kb + 3u];
-    }
-    if (live && n4 >= 8u) {
-        k4 = k_cache[kb + 4u];
-        k5 = k_cache[kb + 5u];
-        k6 = k_cache[kb + 6u];
-        k7 = k_cache[kb + 7u];
-    }
-    if (live && n4 >= 12u) {
-        k8 = k_cache[kb + 8u];
-        k9 = k_cache[kb + 9u];
-        k10 = k_cache[kb + 10u];
-        k11 = k_cache[kb + 11u];
+    if (live) {
+        k0 = kpiece(kb, half, n4);
+        k1 = kpiece(kb, half + 2u, n4);
+        k2 = kpiece(kb, half + 4u, n4);
+        k3 = kpiece(kb, half + 6u, n4);
+        k4 = kpiece(kb, half + 8u, n4);
+        k5 = kpiece(kb, half + 10u, n4);
+        k6 = kpiece(kb, half + 12u, n4);
+        k7 = kpiece(kb, half + 14u, n4);
     }
     // Values: invocation (w, g) sums value word w over keys g, g + kg, ...; the first 32 early
     // (all of them for HD up to 128: with one round trip per later load, HD 96 and 128 spent
@@ -181,41 +189,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     workgroupBarrier();
 
-    var s = -3.0e38;
+    var d = 0.0;
     if (live) {
-        var d = 0.0;
-        var i = 0u;
-        if (n4 >= 4u) {
-            d = kdot(k0, 0u) + kdot(k1, 1u) + kdot(k2, 2u) + kdot(k3, 3u);
-            i = 4u;
-        }
-        if (n4 >= 8u) {
-            d += kdot(k4, 4u) + kdot(k5, 5u) + kdot(k6, 6u) + kdot(k7, 7u);
-            i = 8u;
-        }
-        if (n4 >= 12u) {
-            d += kdot(k8, 8u) + kdot(k9, 9u) + kdot(k10, 10u) + kdot(k11, 11u);
-            i = 12u;
-        }
-        for (; i + 4u <= n4; i += 4u) {
-            let a0 = k_cache[kb + i];
-            let a1 = k_cache[kb + i + 1u];
-            let a2 = k_cache[kb + i + 2u];
-            let a3 = k_cache[kb + i + 3u];
-            d += kdot(a0, i) + kdot(a1, i + 1u) + kdot(a2, i + 2u) + kdot(a3, i + 3u);
-        }
-        for (; i < n4; i++) {
+        d = kdg(k0, half, n4) + kdg(k1, half + 2u, n4) + kdg(k2, half + 4u, n4) + kdg(k3, half + 6u, n4) +
+            kdg(k4, half + 8u, n4) + kdg(k5, half + 10u, n4) + kdg(k6, half + 12u, n4) + kdg(k7, half + 14u, n4);
+        for (var i = half + 16u; i < n4; i += 2u) {
             d += kdot(k_cache[kb + i], i);
         }
-        if (SOFTCAP > 0.0) {
-            d = SOFTCAP * tanh(d / SOFTCAP);
-        }
-        s = d;
     }
-    let ml = softmax_stats(s, live, tid);
+    pd_sh[tid] = d;
+    workgroupBarrier();
+    // Invocation i < CH scores key c0 + i from its pair's halves.
+    let key_live = tid < CH && c0 + tid >= start && c0 + tid < end;
+    var s = -3.0e38;
+    if (key_live) {
+        var dd = pd_sh[2u * tid] + pd_sh[2u * tid + 1u];
+        if (SOFTCAP > 0.0) {
+            dd = SOFTCAP * tanh(dd / SOFTCAP);
+        }
+        s = dd;
+    }
+    let ml = softmax_stats(s, key_live, tid);
     let m = ml.x;
     var p = 0.0;
-    if (live) {
+    if (key_live) {
         p = exp(s - m);
     }
     if (tid < CH) {
