@@ -95,6 +95,11 @@ fn random_matrix(r: &mut R, l: L, rows: usize, cols: usize) -> (Vec<u32>, Vec<f3
     }
 }
 
+/// A matrix's word and meta buffers (float layouts have no meta: a small placeholder is bound).
+fn matrix_bufs(g: &Gpu, words: &[u32], meta: &[f32]) -> (wgpu::Buffer, wgpu::Buffer) {
+    (buf_u32(g, words), buf_f32(g, if meta.is_empty() { &[0.0; 4] } else { meta }))
+}
+
 fn cpu_linear(
     x: &[f32],
     w: &[f32],
@@ -139,8 +144,7 @@ fn check_linear(
     let x = r.vec(m * k);
     let bias = r.vec(n);
     let init = r.vec(m * n);
-    let wb = buf_u32(g, &words);
-    let mb = if meta.is_empty() { buf_f32(g, &[0.0; 4]) } else { buf_f32(g, &meta) };
+    let (wb, mb) = matrix_bufs(g, &words, &meta);
     let xb = buf_f32(g, &x);
     let yb = if accumulate { buf_f32(g, &init) } else { poisoned(g, m * n) };
     // Bias sits at offset 3 of the vecs buffer, as it would after a layer's norm weights.
@@ -289,8 +293,7 @@ fn matvec_norm_and_glu() {
         } else {
             lin
         };
-        let (wb, xb, vb) = (buf_u32(&g, &words), buf_f32(&g, &x), buf_f32(&g, &vecs));
-        let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
+        let ((wb, mb), xb, vb) = (matrix_bufs(&g, &words, &meta), buf_f32(&g, &x), buf_f32(&g, &vecs));
         let yb = poisoned(&g, want.len());
         let [c0, c1, c2] = l.consts();
         let consts = [
@@ -364,8 +367,7 @@ fn embed_lookup() {
         let (vocab, h, t) = (50, 64, 7);
         let (words, meta, dense) = random_matrix(&mut r, l, vocab, h);
         let ids: Vec<u32> = (0..t).map(|_| r.below(vocab as u32)).collect();
-        let (wb, mb, ib) =
-            (buf_u32(&g, &words), buf_f32(&g, if meta.is_empty() { &[0.0; 4] } else { &meta }), buf_u32(&g, &ids));
+        let ((wb, mb), ib) = (matrix_bufs(&g, &words, &meta), buf_u32(&g, &ids));
         let xb = poisoned(&g, t * h);
         let [c0, c1, c2] = l.consts();
         g.dispatch_once(
@@ -536,8 +538,8 @@ fn qkv_rope_fused_decode() {
             lin = dots.iter().zip(&b).map(|(d, bj)| d * inv + if bias { *bj } else { 0.0 }).collect();
         }
         let want_q: Vec<f32> = (0..nh).flat_map(|h| rotate(&lin[h * hd..(h + 1) * hd], pos0, &inv)).collect();
-        let (wb, xb, vb, rb) = (buf_u32(&g, &words), buf_f32(&g, &x), buf_f32(&g, &vecs), buf_f32(&g, &table));
-        let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
+        let ((wb, mb), xb, vb) = (matrix_bufs(&g, &words, &meta), buf_f32(&g, &x), buf_f32(&g, &vecs));
+        let rb = buf_f32(&g, &table);
         let qb = poisoned(&g, n);
         let kvb = buf_u32(&g, &vec![0xffff_ffffu32; 2 * nkv * ctx * hd / 2]);
         let [c0, c1, c2] = l.consts();
@@ -826,8 +828,7 @@ fn split_kv_decode_attention() {
                 } else {
                     cpu_linear(&attn, &dense, 1, n, k, None, None)
                 };
-                let (wb, vb, yb) = (buf_u32(&g, &words), buf_f32(&g, &[0.0; 4]), poisoned(&g, n));
-                let mb = if meta.is_empty() { buf_f32(&g, &[0.0; 4]) } else { buf_f32(&g, &meta) };
+                let ((wb, mb), vb, yb) = (matrix_bufs(&g, &words, &meta), buf_f32(&g, &[0.0; 4]), poisoned(&g, n));
                 let [c0, c1, c2] = l.consts();
                 let consts = [
                     c0,
