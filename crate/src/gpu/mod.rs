@@ -67,7 +67,10 @@ impl Gpu {
         let adapter = Self::request(&instance).await?;
 
         let info = adapter.get_info();
-        let limits = adapter.limits();
+        // FERROLM_WEBGPU_LIMITS=1 asks for no more than every WebGPU adapter guarantees (16 KiB of
+        // workgroup storage, 256 invocations, 128 MiB bindings): the browsers' budget, natively.
+        let limits =
+            if std::env::var("FERROLM_WEBGPU_LIMITS").is_ok() { wgpu::Limits::default() } else { adapter.limits() };
         let features = adapter.features();
         if limits.max_compute_workgroup_storage_size < MIN_WORKGROUP_STORAGE
             || limits.max_compute_invocations_per_workgroup < MIN_INVOCATIONS

@@ -277,6 +277,9 @@ struct Builder<'a> {
     step: &'a wgpu::Buffer,
     /// Which steps record the dispatches pushed now.
     when: When,
+    /// Set when a decode matvec would need more workgroup memory than the adapter has (wgpu
+    /// does not check it natively; browsers refuse the pipeline).
+    too_big: std::cell::Cell<Option<usize>>,
 }
 
 /// Decode matvecs split rows into slices while they have fewer workgroups than this. Measured on
@@ -312,16 +315,31 @@ impl Builder<'_> {
     /// How a decode matvec over rows of `k` elements of `layout` stages its activation vector in
     /// workgroup memory (rowdot.wgsl): as 8-bit blocks where the adapter has integer dot products
     /// and the weights are quantized (2.5 bytes an element), else as padded f32 (4.5 bytes an
-    /// element). All of x when it fits the adapter's workgroup storage (beside the portable
-    /// reduction's 4 KiB), else tiles of a multiple of 256. The constants KT, XS_LEN, XB_LEN, IDOT.
-    fn x_stage(&self, k: usize, layout: Layout) -> [(&'static str, f64); 4] {
+    /// element). All of x when it fits the adapter's workgroup storage beside the kernels' other
+    /// workgroup arrays (`decode_workgroup_bytes`), else tiles of a multiple of 256. The
+    /// constants KT, XS_LEN, XB_LEN, IDOT. With `merge`, room is kept for the split weights.
+    fn x_stage(&self, k: usize, layout: Layout, merge: bool) -> [(&'static str, f64); 4] {
         let idot = self.gpu.pipelines.idot && layout.block() > 1;
-        let reserve = if self.gpu.pipelines.subgroups { 64 } else { 4096 + 64 };
+        let mw = if merge { self.cfg.n_heads * 16 } else { 1 };
+        let reserve = self.decode_workgroup_bytes(1, 5, mw);
         let avail = (self.gpu.limits.max_compute_workgroup_storage_size as usize).saturating_sub(reserve);
         let max = if idot { avail * 2 / 5 } else { avail * 2 / 9 } / 256 * 256;
         let kt = if k <= max { k } else { max.max(256) };
         let (xs, xb) = if idot { (1, 5 * kt / 32) } else { (kt / 4 + kt / 32 + 1, 5) };
+        let bytes = self.decode_workgroup_bytes(xs, xb, mw);
+        if bytes > self.gpu.limits.max_compute_workgroup_storage_size as usize {
+            self.too_big.set(Some(bytes));
+        }
         [("KT", kt as f64), ("XS_LEN", xs as f64), ("XB_LEN", xb as f64), ("IDOT", b(idot))]
+    }
+
+    /// Workgroup memory of a decode matvec (matvec.wgsl, qkv_rope.wgsl with rowdot.wgsl and the
+    /// reduction prelude; keep in step with their `var<workgroup>` arrays) for XS_LEN, XB_LEN
+    /// and MW_LEN: xs, xb (16 bytes a slot), mw (8), ssg and parts (160), the argmax arrays
+    /// (256), and without subgroups the reduction's `red` (4 KiB).
+    fn decode_workgroup_bytes(&self, xs: usize, xb: usize, mw: usize) -> usize {
+        let reduce = if self.gpu.pipelines.subgroups { 0 } else { 4096 };
+        16 * xs + 16 * xb + 8 * mw + 160 + 256 + reduce
     }
 
     /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU) and an
@@ -347,7 +365,7 @@ impl Builder<'_> {
         let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
         let per_block = if epi == 2 { 2 } else { 4 };
         let (wg, slices) = self.mv_shape(outputs.div_ceil(per_block), w.cols, w.layout.block());
-        let [kt, xs, xb, idot] = self.x_stage(w.cols, w.layout);
+        let [kt, xs, xb, idot] = self.x_stage(w.cols, w.layout, merge.is_some());
         let consts = [
             l0,
             l1,
@@ -462,7 +480,7 @@ pub fn build(
     context: usize,
     batched: bool,
 ) -> Result<Program> {
-    let mut p = Builder { gpu, cfg, ops: Vec::new(), step: &bf.step, when: When::Always };
+    let mut p = Builder { gpu, cfg, ops: Vec::new(), step: &bf.step, when: When::Always, too_big: Default::default() };
     // 16 splits at most (the kernel's MSPLITS); none for models too wide to gain.
     let short_max = (MERGE_MAX_VALUES / cfg.q_dim()).min(16) as u32 * 64;
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
@@ -488,7 +506,7 @@ pub fn build(
         let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
         if fused_qkv {
             let [l0, l1, l2] = lw.wqkv.layout_constants();
-            let [kt, xs, xb, idot] = p.x_stage(cfg.hidden, lw.wqkv.layout);
+            let [kt, xs, xb, idot] = p.x_stage(cfg.hidden, lw.wqkv.layout, false);
             let (wg, slices) = p.mv_shape((qd + 2 * kvd).div_ceil(4), cfg.hidden, lw.wqkv.layout.block());
             let consts = [
                 l0,
@@ -672,5 +690,11 @@ pub fn build(
         Grid::Fixed(1),
     );
     gpu.check().map_err(|e| Error::Gpu(format!("building the forward pass: {e}")))?;
+    if let Some(bytes) = p.too_big.get() {
+        return Err(Error::Limits(format!(
+            "a decode kernel needs {bytes} bytes of workgroup memory; the adapter allows {}",
+            gpu.limits.max_compute_workgroup_storage_size
+        )));
+    }
     Ok(Program { ops: p.ops, short_max })
 }
