@@ -26,7 +26,7 @@ override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;     // bias offset in `vecs`
 override GELU: bool = false;
 override SOFTCAP: f32 = 0.0;    // EPI 0: y = SOFTCAP * tanh(v / SOFTCAP) (Gemma 2's final logits)
-override WG: u32 = 64u;         // invocations per workgroup: 32 to 256, a multiple of 32 * S
+override WG: u32 = 64u;         // invocations per workgroup: 32 to 512 (256 without subgroups), a multiple of 32 * S
 override ARGMAX: bool = false;  // EPI 0: also each workgroup's largest output (greedy decoding)
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
@@ -34,8 +34,8 @@ override ARGMAX: bool = false;  // EPI 0: also each workgroup's largest output (
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> best_v: array<f32, 32>;
-var<workgroup> best_i: array<u32, 32>;
+var<workgroup> best_v: array<f32, 128>;
+var<workgroup> best_i: array<u32, 128>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -23,7 +23,7 @@ override NW_OFF: u32 = 0u;
 override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;
 
-override WG: u32 = 64u;         // invocations per workgroup: 32 to 256, a multiple of 32 * S
+override WG: u32 = 64u;         // invocations per workgroup: 32 to 512 (256 without subgroups), a multiple of 32 * S
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> q: array<f32>;

@@ -245,7 +245,7 @@ override KT: u32 = 2048u;
 override S: u32 = 1u;
 override XS_LEN: u32 = 576u;    // KT / 4 + KT / 32 (naga cannot size arrays by expressions)
 var<workgroup> xs: array<vec4<f32>, XS_LEN>;
-var<workgroup> ssg: array<f32, 8>;
+var<workgroup> ssg: array<f32, 32>;
 
 override IDOT: bool = false;
 // IDOT tile, 5 slots a block: the coarse bytes (two vec4 of packed words), the fine bytes (two
@@ -451,7 +451,7 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
     return out;
 }
 
-var<workgroup> parts: array<vec4<f32>, 8>;
+var<workgroup> parts: array<vec4<f32>, 32>;
 
 // Row group `lid / 32`'s reduced dots `v`, summed over the S slices of its rows (every
 // invocation must call it; all invocations of those groups get the total).
