@@ -403,17 +403,19 @@ impl Builder<'_> {
         wgs.div_ceil(gy) * gy
     }
 
-    /// Workgroup size and slices per row block for `blocks` blocks of four rows of length `k`:
+    /// Workgroup size and slices per row block for `blocks` blocks of four rows of length `k`.
     /// 256 invocations (x is staged once for more rows; smaller workgroups measured slower even
-    /// for short rows); 512 where rows are long (each workgroup stages all of x, so fewer,
-    /// larger ones stage less) and the matrix tall enough to keep MV_MIN_WORKGROUPS of them,
-    /// with subgroups only (the portable reduction holds 256). Measured on the H100: Phi-3
-    /// shape +1.6%, Llama-3.1-8B +3%; Qwen2.5-0.5B (rows of 896) lost 3% with 512, so it keeps
-    /// 256. Long rows are split into slices until there are enough workgroups to spread over
-    /// the GPU and keep loads in flight.
+    /// for short rows), or 512 with integer activations where rows are long and the matrix tall
+    /// enough to keep MV_MIN_WORKGROUPS of them: each workgroup quantizes all of x, so fewer,
+    /// larger ones stage less (H100: Phi-3 shape +1.6%, Llama-3.1-8B +3%; rows of 896 lost 3%;
+    /// the f32 path lost 4%). Subgroups only: the portable reduction holds 256. Long rows are
+    /// split into slices until there are enough workgroups to spread over the GPU and keep
+    /// loads in flight.
     fn mv_shape(&self, blocks: usize, k: usize, block: usize) -> (usize, usize) {
         let chunks = k / if block > 1 { 32 } else { 8 };
         let big = self.gpu.pipelines.subgroups
+            && self.gpu.pipelines.idot
+            && block > 1
             && self.gpu.limits.max_compute_invocations_per_workgroup >= 512
             && k >= 2048
             && blocks >= 16 * MV_MIN_WORKGROUPS;
