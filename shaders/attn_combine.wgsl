@@ -25,6 +25,7 @@ const GROUPS: u32 = 4u;          // split groups; WG / GROUPS = 64 dimensions at
 
 var<workgroup> w_sh: array<f32, 1024>;
 var<workgroup> r_sh: array<f32, 256>;
+var<workgroup> ml_sh: array<vec2<f32>, 64>;
 
 fn reduce_wg(v: f32, tid: u32, max_op: bool) -> f32 {
     r_sh[tid] = v;
@@ -74,29 +75,54 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
                         first_val(base, stride, g + 2u * GROUPS, n_splits, d1),
                         first_val(base, stride, g + 3u * GROUPS, n_splits, d1));
     }
-    var mx = m_own;
-    for (var s = tid + WG; s < n_splits; s += WG) {
-        mx = max(mx, part[base + s * stride + HD]);
-    }
-    let big_m = reduce_wg(mx, tid, true);
-    // Splits wholly outside a sliding window carry nothing; w_sh is 0 past the last split.
-    var w_own = 0.0;
-    if (m_own > -1.0e38) {
-        w_own = exp(m_own - big_m);
-    }
-    w_sh[tid] = w_own;
-    var l = w_own * l_own;
-    for (var s = tid + WG; s < n_splits; s += WG) {
-        let b = base + s * stride;
-        let m = part[b + HD];
-        var w = 0.0;
-        if (m > -1.0e38) {
-            w = exp(m - big_m);
+    var big_m: f32;
+    var inv: f32;
+    if (n_splits <= 64u) {
+        // Few splits (up to 4096 positions): after one barrier every invocation folds all the
+        // (max, sum) pairs itself, instead of two reduction trees of eight barriers each.
+        if (tid < 64u) {
+            ml_sh[tid] = vec2<f32>(m_own, l_own);
         }
-        w_sh[s] = w;
-        l += w * part[b + HD + 1u];
+        workgroupBarrier();
+        big_m = -3.0e38;
+        for (var s = 0u; s < n_splits; s++) {
+            big_m = max(big_m, ml_sh[s].x);
+        }
+        var l = 0.0;
+        for (var s = 0u; s < n_splits; s++) {
+            let ml = ml_sh[s];
+            if (ml.x > -1.0e38) {   // splits wholly outside a sliding window carry nothing
+                l += exp(ml.x - big_m) * ml.y;
+            }
+        }
+        inv = 1.0 / l;
+        w_sh[tid] = select(0.0, exp(m_own - big_m), m_own > -1.0e38);
+        workgroupBarrier();
+    } else {
+        var mx = m_own;
+        for (var s = tid + WG; s < n_splits; s += WG) {
+            mx = max(mx, part[base + s * stride + HD]);
+        }
+        big_m = reduce_wg(mx, tid, true);
+        // Splits wholly outside a sliding window carry nothing; w_sh is 0 past the last split.
+        var w_own = 0.0;
+        if (m_own > -1.0e38) {
+            w_own = exp(m_own - big_m);
+        }
+        w_sh[tid] = w_own;
+        var l = w_own * l_own;
+        for (var s = tid + WG; s < n_splits; s += WG) {
+            let b = base + s * stride;
+            let m = part[b + HD];
+            var w = 0.0;
+            if (m > -1.0e38) {
+                w = exp(m - big_m);
+            }
+            w_sh[s] = w;
+            l += w * part[b + HD + 1u];
+        }
+        inv = 1.0 / reduce_wg(l, tid, false);   // its barriers also publish w_sh
     }
-    let inv = 1.0 / reduce_wg(l, tid, false);   // its barriers also publish w_sh
     for (var d0 = 0u; d0 < HD; d0 += 64u) {
         let d = d0 + d1;
         var acc = 0.0;
