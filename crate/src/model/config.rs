@@ -121,7 +121,7 @@ impl ModelConfig {
         let n_heads = need(g, &k("attention.head_count"))? as usize;
         let n_kv_heads = g.get_u64(&k("attention.head_count_kv"))?.unwrap_or(n_heads as u64) as usize;
         let ffn = need(g, &k("feed_forward_length"))? as usize;
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+        if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
             return Err(Error::Model(format!(
                 "{}: {n_heads} attention heads with {n_kv_heads} KV heads and hidden size {hidden} do not fit together",
                 g.name
@@ -206,13 +206,15 @@ impl ModelConfig {
                 self.n_layers, self.hidden, self.ffn, self.vocab
             ));
         }
-        if self.n_heads == 0 || self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_heads == 0 || self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!("{} attention heads cannot share {} KV heads", self.n_heads, self.n_kv_heads));
         }
-        if self.head_dim == 0 || self.head_dim % 8 != 0 || self.head_dim > 256 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(8) || self.head_dim > 256 {
             return bad(format!("head dimension {} (must be a multiple of 8, at most 256)", self.head_dim));
         }
-        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 || !(self.rms_eps >= 0.0 && self.rms_eps.is_finite())
+        if self.rope_dim > self.head_dim
+            || !self.rope_dim.is_multiple_of(2)
+            || !(self.rms_eps >= 0.0 && self.rms_eps.is_finite())
         {
             return bad(format!(
                 "rope dimension {} with head dimension {} (rms eps {})",

@@ -140,7 +140,7 @@ impl Buffers {
         let mut kv = Vec::with_capacity(cfg.n_layers);
         for (i, &cap) in kv_cap.iter().enumerate() {
             let kv_bytes = 2 * cfg.n_kv_heads as u64 * cap as u64 * cfg.head_dim as u64 * 2;
-            if kv_bytes > gpu.limits.max_storage_buffer_binding_size as u64 {
+            if kv_bytes > gpu.limits.max_storage_buffer_binding_size {
                 return Err(Error::Limits(format!(
                     "a {cap}-token KV cache needs {} MiB per layer in one binding; the adapter allows {} MiB (use a shorter context)",
                     kv_bytes >> 20,

@@ -106,7 +106,7 @@ fn meta_words_per_row(layout: Layout, meta16: bool, cols: usize) -> u64 {
 }
 
 pub(crate) fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
-    let limit = gpu.limits.max_storage_buffer_binding_size as u64;
+    let limit = gpu.limits.max_storage_buffer_binding_size;
     if bytes > limit {
         return Err(Error::Limits(format!(
             "tensor {name} needs {} MiB in one binding; the adapter allows {} MiB",
@@ -373,7 +373,7 @@ pub fn permute_vec(v: &[f32], perm: &[usize]) -> Vec<f32> {
 /// model needs (the fused [q; k; v] and [gate; up] matrices included) fits the adapter's
 /// binding and buffer limits. Returns the bytes the packed weights will take on the GPU.
 pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
-    let limit = (gpu.limits.max_storage_buffer_binding_size as u64).min(gpu.limits.max_buffer_size);
+    let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
     let mut total = 0u64;
     // Buffer name -> (layouts of its parts, elements).
     let mut buffers: std::collections::HashMap<String, (Vec<Layout>, u64)> = std::collections::HashMap::new();
