@@ -1,7 +1,7 @@
 // Decode attention, second half: merge the per-split softmax states of `attn_decode` into each
 // head's output: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
 // One workgroup per head: split weights are computed once, in parallel, into workgroup memory;
-// then invocation (d, g) sums dimension d over splits g, g + 4, ... four at a time, so deep
+// then invocation (d, g) sums dimension d over splits g, g + GROUPS, ... four at a time, so deep
 // contexts (64 splits at 4096 positions) cost a few overlapped loads per invocation.
 
 struct Step {
@@ -17,7 +17,12 @@ override CTX: u32;
 const CH: u32 = 64u;
 const MAX_SPLITS: u32 = 1024u;   // contexts up to 65536 positions
 const WG: u32 = 256u;
-const GROUPS: u32 = 4u;          // split groups; WG / GROUPS = 64 dimensions at a time
+// Dimensions per pass: 128 for head dims 65..128 (one pass; a second one waited a memory round
+// trip: Phi-3 shape +0.9%), 64 for smaller heads (more split groups: SmolLM2 at depth 4096 lost
+// 2.5% with 128). GROUPS split groups of DW invocations.
+// (The host sets both: GROUPS = 256 / DW.)
+override DW: u32 = 64u;
+override GROUPS: u32 = 4u;
 
 @group(0) @binding(0) var<storage, read> part: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
@@ -61,8 +66,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let base = h * ((CTX + CH - 1u) / CH) * stride;
     // This invocation's first reads are all requested at once (a split's (max, sum), and the
     // values it sums first), so one memory round trip precedes the reductions, not three.
-    let g = tid / 64u;
-    let d1 = tid % 64u;
+    let g = tid / DW;
+    let d1 = tid % DW;
     var m_own = -3.0e38;
     var l_own = 0.0;
     if (tid < n_splits) {
@@ -123,7 +128,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
         inv = 1.0 / reduce_wg(l, tid, false);   // its barriers also publish w_sh
     }
-    for (var d0 = 0u; d0 < HD; d0 += 64u) {
+    for (var d0 = 0u; d0 < HD; d0 += DW) {
         let d = d0 + d1;
         var acc = 0.0;
         if (d < HD) {
@@ -146,7 +151,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         r_sh[tid] = acc;
         workgroupBarrier();
         if (g == 0u && d < HD) {
-            out[h * HD + d] = (r_sh[tid] + r_sh[tid + 64u] + r_sh[tid + 128u] + r_sh[tid + 192u]) * inv;
+            var tot = 0.0;
+            for (var q = 0u; q < GROUPS; q++) {
+                tot += r_sh[tid + q * DW];
+            }
+            out[h * HD + d] = tot * inv;
         }
         workgroupBarrier();
     }

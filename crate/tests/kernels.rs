@@ -803,9 +803,10 @@ fn split_kv_decode_attention() {
             [nh as u32, end.div_ceil(64) as u32, 1],
         )
         .unwrap();
+        let dw = if hd > 64 { 128.0 } else { 64.0 };
         g.dispatch_once(
             Kernel::AttnCombine,
-            &[("HD", hd as f64), ("CTX", ctx as f64)],
+            &[("HD", hd as f64), ("CTX", ctx as f64), ("DW", dw), ("GROUPS", 256.0 / dw)],
             &[(0, &part), (3, &ob)],
             [1, pos as u32, 0, 0],
             [nh as u32, 1, 1],

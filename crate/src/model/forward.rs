@@ -630,10 +630,11 @@ pub fn build(
             // Deep caches merge the attention splits in their own dispatch; short ones (the
             // common case) inside the output projection, one dispatch fewer per layer.
             p.when = When::Long;
+            let dw = if cfg.head_dim > 64 { 128.0 } else { 64.0 };
             p.push(
                 "attn merge",
                 Kernel::AttnCombine,
-                &[("HD", hd), ("CTX", context as f64)],
+                &[("HD", hd), ("CTX", context as f64), ("DW", dw), ("GROUPS", 256.0 / dw)],
                 &[(0, &bf.part), (3, &bf.attn)],
                 Grid::Fixed(cfg.n_heads as u32),
             );
