@@ -361,46 +361,57 @@ impl Builder<'_> {
         argmax: bool,
         merge: Option<usize>,
     ) -> u32 {
-        let [l0, l1, l2] = w.layout_constants();
         let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
         let per_block = if epi == 2 { 2 } else { 4 };
-        let (wg, slices) = self.mv_shape(outputs.div_ceil(per_block), w.cols, w.layout.block());
-        let [kt, xs, xb, idot] = self.x_stage(w.cols, w.layout, merge.is_some());
-        let consts = [
-            l0,
-            l1,
-            l2,
-            ("K", w.cols as f64),
+        let (mut consts, wg, slices) =
+            self.rowdot_consts(w, outputs.div_ceil(per_block), norm.unwrap_or(0), bias, merge);
+        consts.extend([
             ("N", w.rows as f64),
             ("EPI", epi as f64),
             ("NORM", b(norm.is_some())),
-            ("NW_OFF", norm.unwrap_or(0) as f64),
-            ("EPS", self.cfg.rms_eps as f64),
-            ("NW_OFFSET", self.cfg.norm_offset as f64),
             ("GELU", b(self.cfg.gelu)),
             ("SOFTCAP", softcap as f64),
-            ("HAS_BIAS", b(bias.is_some())),
-            ("BIAS_OFF", bias.unwrap_or(0) as f64),
-            ("WG", wg as f64),
-            ("S", slices as f64),
-            kt,
-            xs,
-            xb,
-            idot,
             ("ARGMAX", b(argmax)),
-            // `merge`: x is the split attention partials of a cache of that many positions.
-            ("MERGE", b(merge.is_some())),
-            ("MHD", self.cfg.head_dim as f64),
-            ("MNH", self.cfg.n_heads as f64),
-            ("MCAP", merge.unwrap_or(64).div_ceil(64) as f64),
-            ("MW_LEN", if merge.is_some() { self.cfg.n_heads * 16 } else { 1 } as f64),
-        ];
+        ]);
         let wgs = outputs.div_ceil(per_block * wg / 32 / slices) as u32;
         // Past 65535 workgroups the kernel folds (x, y) into one index.
         let gy = wgs.div_ceil(65535);
         let grid = Grid::Fixed2(wgs.div_ceil(gy), gy);
         self.push(label, Kernel::MatVec, &consts, &[(0, &w.words), (1, &w.meta), (2, x), (3, y), (4, vecs)], grid);
         wgs.div_ceil(gy) * gy
+    }
+
+    /// The override constants every rowdot.wgsl kernel (matvec, qkv_rope) takes for matrix `w`
+    /// over `blocks` blocks of four rows: layout, row length, norm weights at `norm_off`, bias,
+    /// workgroup shape, activation staging and, with `merge` (a cache of that many positions),
+    /// the attention merge. Returns them with the workgroup size and slices.
+    fn rowdot_consts(
+        &self,
+        w: &GpuMatrix,
+        blocks: usize,
+        norm_off: usize,
+        bias: Option<usize>,
+        merge: Option<usize>,
+    ) -> (Vec<(&'static str, f64)>, usize, usize) {
+        let (wg, slices) = self.mv_shape(blocks, w.cols, w.layout.block());
+        let mut c = Vec::from(w.layout_constants());
+        c.extend(self.x_stage(w.cols, w.layout, merge.is_some()));
+        c.extend([
+            ("K", w.cols as f64),
+            ("NW_OFF", norm_off as f64),
+            ("EPS", self.cfg.rms_eps as f64),
+            ("NW_OFFSET", self.cfg.norm_offset as f64),
+            ("HAS_BIAS", b(bias.is_some())),
+            ("BIAS_OFF", bias.unwrap_or(0) as f64),
+            ("WG", wg as f64),
+            ("S", slices as f64),
+            ("MERGE", b(merge.is_some())),
+            ("MHD", self.cfg.head_dim as f64),
+            ("MNH", self.cfg.n_heads as f64),
+            ("MCAP", merge.unwrap_or(64).div_ceil(64) as f64),
+            ("MW_LEN", if merge.is_some() { self.cfg.n_heads * 16 } else { 1 } as f64),
+        ]);
+        (c, wg, slices)
     }
 
     /// Workgroup size and slices per row block for `blocks` blocks of four rows of length `k`.
@@ -521,31 +532,15 @@ pub fn build(
         let rope = if cfg.layer_sliding[i] { bf.rope_local.as_ref().unwrap_or(&bf.rope) } else { &bf.rope };
         let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
         if fused_qkv {
-            let [l0, l1, l2] = lw.wqkv.layout_constants();
-            let [kt, xs, xb, idot] = p.x_stage(cfg.hidden, lw.wqkv.layout, false);
-            let (wg, slices) = p.mv_shape((qd + 2 * kvd).div_ceil(4), cfg.hidden, lw.wqkv.layout.block());
-            let consts = [
-                l0,
-                l1,
-                l2,
-                ("K", cfg.hidden as f64),
+            let blocks = (qd + 2 * kvd).div_ceil(4);
+            let (mut consts, wg, slices) = p.rowdot_consts(&lw.wqkv, blocks, off.attn_norm, off.qkv_bias, None);
+            consts.extend([
                 ("QD", qd as f64),
                 ("KVD", kvd as f64),
                 ("HD", hd),
                 ("ROT", cfg.rope_dim as f64),
                 ("CAP", cap),
-                ("EPS", cfg.rms_eps as f64),
-                ("NW_OFF", off.attn_norm as f64),
-                ("NW_OFFSET", cfg.norm_offset as f64),
-                ("HAS_BIAS", b(off.qkv_bias.is_some())),
-                ("BIAS_OFF", off.qkv_bias.unwrap_or(0) as f64),
-                ("WG", wg as f64),
-                ("S", slices as f64),
-                kt,
-                xs,
-                xb,
-                idot,
-            ];
+            ]);
             let bufs =
                 [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
             p.push(
