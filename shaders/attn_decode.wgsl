@@ -3,6 +3,11 @@
 // state (max, sum, weighted V) for `attn_combine` to merge. Splitting keeps the GPU busy at
 // any depth (heads x depth/64 workgroups), and every loop below issues independent loads so
 // the memory latency overlaps instead of adding up.
+// FUSED: each head's last split to finish merges them all (attn_merge.wgsl) instead of a
+// dispatch of its own (~4 us a layer on the H100). Splits count themselves on an atomic and
+// publish their partials with storageBarrier(); only Vulkan (naga) makes that barrier
+// device-scope acquire/release, which is what lets the last split see the others' partials.
+// WGSL promises it only within a workgroup, so the host sets FUSED on Vulkan alone.
 
 struct Step {
     n_tokens: u32,
@@ -19,15 +24,17 @@ override CAP: u32;            // cache slots per KV head: position p lives in sl
 override SCALE: f32;
 override SOFTCAP: f32 = 0.0;
 override WINDOW: u32 = 0u;
+override FUSED: bool = false;
 
-const CH: u32 = 64u;   // positions per split
 const WG: u32 = 128u;  // invocations: one key each while scoring, (word, key group) for V
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> v_cache: array<u32>;
 @group(0) @binding(3) var<storage, read_write> part: array<f32>;   // [NH][splits][HD + 4]
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;   // FUSED: [NH][HD]
 @group(0) @binding(5) var<uniform> step: Step;
+@group(0) @binding(6) var<storage, read_write> done: array<atomic<u32>>;   // FUSED: splits finished, per head
 
 var<workgroup> q_sh: array<vec4<f32>, 64>;
 var<workgroup> p_sh: array<f32, 64>;
@@ -35,6 +42,7 @@ var<workgroup> pd_sh: array<f32, 128>;
 var<workgroup> acc_sh: array<vec2<f32>, 128>;
 
 var<workgroup> m_sh: array<vec2<f32>, 128>;
+var<workgroup> last_sh: u32;
 
 // (max, sum of e^(s - max)) over the workgroup in one tree: pairs merge as in online softmax.
 fn softmax_stats(s: f32, live: bool, tid: u32) -> vec2<f32> {
@@ -245,5 +253,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (tid == 0u) {
         part[slot + HD] = m;
         part[slot + HD + 1u] = ml.y;
+    }
+    if (FUSED) {
+        storageBarrier();   // release: this split's partial before its count
+        if (tid == 0u) {
+            last_sh = select(0u, 1u, atomicAdd(&done[h], 1u) + 1u == merge_splits());
+        }
+        if (workgroupUniformLoad(&last_sh) == 1u) {
+            storageBarrier();   // acquire: the other splits' partials after their counts
+            merge_head(h, tid);
+            if (tid == 0u) {
+                atomicStore(&done[h], 0u);   // ready for the next layer's dispatch
+            }
+        }
     }
 }

@@ -795,15 +795,31 @@ fn split_kv_decode_attention() {
             ("SOFTCAP", softcap as f64),
             ("WINDOW", window as f64),
         ];
-        g.dispatch_once(
-            Kernel::AttnDecode,
-            &consts,
-            &[(0, &qb), (1, &kvb), (2, &kvb), (3, &part)],
-            [1, pos as u32, 0, 0],
-            [nh as u32, end.div_ceil(64) as u32, 1],
-        )
-        .unwrap();
         let dw = if hd > 64 { 128.0 } else { 64.0 };
+        let done = buf_u32(&g, &vec![0; nh]);
+        let attn_decode = |fused: bool, out: &wgpu::Buffer| {
+            let mut c = consts.to_vec();
+            c.extend([("FUSED", fused as u32 as f64), ("DW", dw), ("GROUPS", 128.0 / dw)]);
+            g.dispatch_once(
+                Kernel::AttnDecode,
+                &c,
+                &[(0, &qb), (1, &kvb), (2, &kvb), (3, &part), (4, out), (6, &done)],
+                [1, pos as u32, 0, 0],
+                [nh as u32, end.div_ceil(64) as u32, 1],
+            )
+            .unwrap();
+        };
+        // Fused: each head's last split merges them all, and leaves its count at 0 for the next
+        // layer (run twice, as two layers would).
+        for run in 0..2 {
+            let fo = poisoned(&g, nh * hd);
+            attn_decode(true, &fo);
+            let what = format!("fused split attention (run {run}) hd={hd} pos={pos} window={window} cap={cap}");
+            assert_close(&read(&g, &fo, nh * hd), &want, 1e-4, 1e-4, &what);
+            assert_eq!(read_u32(&g, &done, nh), vec![0; nh], "{what}: split counts not reset");
+        }
+        let unused = poisoned(&g, nh * hd);
+        attn_decode(false, &unused);
         g.dispatch_once(
             Kernel::AttnCombine,
             &[("HD", hd as f64), ("CTX", ctx as f64), ("DW", dw), ("GROUPS", 256.0 / dw)],

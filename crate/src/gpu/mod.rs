@@ -22,6 +22,8 @@ pub struct AdapterSummary {
     pub subgroups: bool,
     /// Quantized decode uses 8-bit activations with WGSL's packed integer dot products.
     pub integer_dot: bool,
+    /// Decode attention merges its splits without a dispatch of its own.
+    pub fused_attention: bool,
     pub timestamps: bool,
     pub timestamps_in_passes: bool,
 }
@@ -95,6 +97,13 @@ impl Gpu {
         let idot = cfg!(not(target_arch = "wasm32"))
             && instance.wgsl_language_features().contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
             && std::env::var("FERROLM_NO_IDOT").is_err();
+        // Decode attention's splits merge themselves when storageBarrier() is a device-scope
+        // acquire/release fence, which naga emits for Vulkan; WGSL itself promises it only within a
+        // workgroup, so other backends (and browsers) keep the merge dispatch.
+        // FERROLM_NO_FUSED_ATTENTION=1 keeps it on Vulkan too.
+        let fused_attention = info.backend == wgpu::Backend::Vulkan
+            && cfg!(not(target_arch = "wasm32"))
+            && std::env::var("FERROLM_NO_FUSED_ATTENTION").is_err();
         // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
         let mut wanted = features
             & (wgpu::Features::TIMESTAMP_QUERY
@@ -142,10 +151,11 @@ impl Gpu {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: sg32,
             integer_dot: idot,
+            fused_attention,
             timestamps: wanted.contains(wgpu::Features::TIMESTAMP_QUERY),
             timestamps_in_passes: wanted.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         };
-        let pipelines = Pipelines::new(sg32, idot);
+        let pipelines = Pipelines::new(sg32, idot, fused_attention);
         Ok(Gpu { device, queue, summary, limits, pipelines, error })
     }
 

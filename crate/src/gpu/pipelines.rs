@@ -10,6 +10,7 @@ const WEIGHTS: &str = include_str!("../../../shaders/weights.wgsl");
 const REDUCE_SG: &str = include_str!("../../../shaders/reduce_sg.wgsl");
 const REDUCE_WG: &str = include_str!("../../../shaders/reduce_wg.wgsl");
 const ROWDOT: &str = include_str!("../../../shaders/rowdot.wgsl");
+const ATTN_MERGE: &str = include_str!("../../../shaders/attn_merge.wgsl");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
@@ -36,11 +37,12 @@ enum Slot {
 /// Shared WGSL a kernel is assembled with: the weight layout and block metadata (layout.wgsl) for
 /// every kernel that reads weights, then the word dequantizer (prefill and embedding), or for the
 /// decode matrix-vector kernels the row reduction and the four-row dot product (which reads the
-/// weights with 128-bit loads itself).
+/// weights with 128-bit loads itself). Both halves of decode attention share the split merge.
 struct Source {
     body: &'static str,
     weights: bool,
     reduce: bool,
+    merge: bool,
 }
 
 impl Kernel {
@@ -58,7 +60,8 @@ impl Kernel {
             Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false, false),
             Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), false, false),
         };
-        Source { body, weights, reduce }
+        let merge = matches!(self, Kernel::AttnDecode | Kernel::AttnCombine);
+        Source { body, weights, reduce, merge }
     }
 
     /// Binding slots in order of binding number (gaps allowed: `None`).
@@ -81,9 +84,16 @@ impl Kernel {
             Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
             Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
-            Kernel::Attention | Kernel::AttnDecode => {
-                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)]
-            }
+            Kernel::Attention => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::AttnDecode => &[
+                Some(Read),
+                Some(Read),
+                Some(Read),
+                Some(ReadWrite),
+                Some(ReadWrite),
+                Some(Uniform),
+                Some(ReadWrite),
+            ],
             Kernel::AttnCombine => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
             Kernel::FfnAct => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
@@ -103,16 +113,20 @@ pub struct Pipelines {
     pub subgroups: bool,
     /// Decode matvecs of quantized weights take 8-bit activations and integer dot products.
     pub idot: bool,
+    /// Decode attention merges its splits in its own last workgroup per head (attn_decode.wgsl
+    /// FUSED), one dispatch a layer fewer.
+    pub fused_attention: bool,
     layouts: RefCell<HashMap<Kernel, (Rc<wgpu::BindGroupLayout>, wgpu::PipelineLayout)>>,
     modules: RefCell<HashMap<Kernel, wgpu::ShaderModule>>,
     cache: RefCell<HashMap<String, Rc<Pipeline>>>,
 }
 
 impl Pipelines {
-    pub fn new(subgroups: bool, idot: bool) -> Self {
+    pub fn new(subgroups: bool, idot: bool, fused_attention: bool) -> Self {
         Pipelines {
             subgroups,
             idot,
+            fused_attention,
             layouts: Default::default(),
             modules: Default::default(),
             cache: Default::default(),
@@ -184,6 +198,9 @@ impl Pipelines {
                 }
                 if src.reduce {
                     code.push_str(ROWDOT);
+                }
+                if src.merge {
+                    code.push_str(ATTN_MERGE);
                 }
                 code.push_str(src.body);
                 let desc = wgpu::ShaderModuleDescriptor {

@@ -101,6 +101,9 @@ pub struct Buffers {
     pub tmp: wgpu::Buffer,
     /// Split-KV attention partials: [heads][splits][head_dim + 4] (acc, max, sum, padding).
     pub part: wgpu::Buffer,
+    /// Per head: decode attention splits finished this layer (attn_decode.wgsl FUSED; the last
+    /// one resets it to 0).
+    pub done: wgpu::Buffer,
     pub xlast: wgpu::Buffer,
     pub logits: wgpu::Buffer,
     /// GPU-sampled token ids, one slot per in-flight step.
@@ -169,6 +172,7 @@ impl Buffers {
             h: buf("h", t * ff * f)?,
             tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 4)) as u64 * f)?,
+            done: buf("attn splits done", cfg.n_heads as u64 * 4)?,
             xlast: buf("xlast", h * f)?,
             // After the logits: the LM head workgroups' argmax partials (at most one per 4 rows).
             logits: buf("logits", (cfg.vocab + 2 * (cfg.vocab / 4 + 1)) as u64 * f)?,
@@ -509,7 +513,14 @@ pub fn build(
 ) -> Result<Program> {
     let mut p = Builder { gpu, cfg, ops: Vec::new(), step: &bf.step, when: When::Always, too_big: Default::default() };
     // 16 splits at most (the kernel's MSPLITS); none for models too wide to gain.
-    let short_max = (MERGE_MAX_VALUES / cfg.q_dim()).min(16) as u32 * 64;
+    let mut short_max = (MERGE_MAX_VALUES / cfg.q_dim()).min(16) as u32 * 64;
+    // Attention whose splits merge themselves needs neither (Vulkan, attn_decode.wgsl FUSED).
+    let fused = gpu.pipelines.fused_attention && !batched;
+    if fused {
+        short_max = 0;
+    }
+    // Attention merge: 128 dimensions per pass for head dims 65..128, else 64 (attn_merge.wgsl).
+    let dw = if cfg.head_dim > 64 { 128.0 } else { 64.0 };
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
     let off = w.offsets;
@@ -608,11 +619,13 @@ pub fn build(
                 Grid::PerToken(cfg.n_heads as u32),
             );
         } else {
+            let mut consts = attn[..8].to_vec();
+            consts.extend([("FUSED", b(fused)), ("DW", dw), ("GROUPS", 128.0 / dw)]);
             p.push(
                 "attention",
                 Kernel::AttnDecode,
-                &attn[..8],
-                &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part)],
+                &consts,
+                &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part), (4, &bf.attn), (6, &bf.done)],
                 Grid::Splits(cfg.n_heads as u32),
             );
         }
@@ -621,11 +634,12 @@ pub fn build(
         let acc = !cfg.post_norms;
         if batched {
             p.matmul("o", &lw.wo, &bf.attn, o_out, &lw.vecs, off.o_bias, acc);
+        } else if fused {
+            p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, None);
         } else {
-            // Deep caches merge the attention splits in their own dispatch; short ones (the
-            // common case) inside the output projection, one dispatch fewer per layer.
+            // Deep caches merge the attention splits in their own dispatch; short ones inside
+            // the output projection, one dispatch fewer a layer.
             p.when = When::Long;
-            let dw = if cfg.head_dim > 64 { 128.0 } else { 64.0 };
             p.push(
                 "attn merge",
                 Kernel::AttnCombine,
