@@ -2,20 +2,19 @@
 // out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s. Shared by `attn_combine` (a dispatch of
 // its own) and `attn_decode`'s fused tail (the head's last split to finish merges them). The
 // including kernel declares `part`, `out`, HD, CTX and its workgroup size WG (128 or 256).
-// Split weights are computed once, in parallel, into workgroup memory; then invocation (d, g)
-// sums dimension d over splits g, g + GROUPS, ... four at a time, so deep contexts (64 splits at
-// 4096 positions) cost a few overlapped loads per invocation.
+// Split weights are computed once, in parallel, into workgroup memory; then invocation (l, g)
+// sums dimensions 4l .. 4l + 3 over splits g, g + GROUPS, ... (GROUPS = WG / (HD / 4)), with its
+// first four splits requested up front: up to 4 x GROUPS splits (32 for 64-wide heads in 128
+// invocations) cost one memory round trip.
 
 const CH: u32 = 64u;             // positions per split
 const MAX_SPLITS: u32 = 1024u;   // contexts up to 65536 positions
-// Dimensions per pass: 128 for head dims 65..128 (one pass; a second one waited a memory round
-// trip: Phi-3 shape +0.9%), 64 for smaller heads (more split groups: SmolLM2 at depth 4096 lost
-// 2.5% with 128). GROUPS split groups of DW invocations. (The host sets both: GROUPS = WG / DW.)
-override DW: u32 = 64u;
-override GROUPS: u32 = 4u;
+override LANES: u32 = HD / 4u;   // HD is a multiple of 4, at most 4 x WG
+override GROUPS: u32 = WG / LANES;
 
 var<workgroup> w_sh: array<f32, 1024>;
 var<workgroup> r_sh: array<f32, WG>;
+var<workgroup> r4_sh: array<vec4<f32>, WG>;
 var<workgroup> ml_sh: array<vec2<f32>, 64>;
 
 fn merge_reduce(v: f32, tid: u32, max_op: bool) -> f32 {
@@ -36,12 +35,21 @@ fn merge_reduce(v: f32, tid: u32, max_op: bool) -> f32 {
     return r;
 }
 
-// Dimension d of split s (0 past the last split).
-fn first_val(base: u32, stride: u32, s: u32, n_splits: u32, d: u32) -> f32 {
+// Dimensions 4l .. 4l + 3 of split s (0 past the last split).
+fn split_vals(base: u32, stride: u32, s: u32, n_splits: u32, l: u32) -> vec4<f32> {
     if (s < n_splits) {
-        return part[base + s * stride + d];
+        let i = base + s * stride + 4u * l;
+        return vec4<f32>(part[i], part[i + 1u], part[i + 2u], part[i + 3u]);
     }
-    return 0.0;
+    return vec4<f32>(0.0);
+}
+
+// Split s's weight times its values (nothing past the last split, whose w_sh is not written).
+fn weighted(s: u32, n_splits: u32, v: vec4<f32>) -> vec4<f32> {
+    if (s < n_splits) {
+        return w_sh[s] * v;
+    }
+    return vec4<f32>(0.0);
 }
 
 // Decode steps write splits 0 .. n_splits - 1 of every head (64 positions each).
@@ -54,26 +62,31 @@ fn merge_head(h: u32, tid: u32) {
     let stride = HD + 4u;   // acc[HD], max, sum, 2 pad (vec4-aligned for rowdot.wgsl's merge)
     let base = h * ((CTX + CH - 1u) / CH) * stride;
     // This invocation's first reads are all requested at once (a split's (max, sum), and the
-    // values it sums first), so one memory round trip precedes the reductions, not three.
-    let g = tid / DW;
-    let d1 = tid % DW;
+    // values it sums first), so one memory round trip precedes the reductions, not several.
+    let g = tid / LANES;
+    let l4 = tid % LANES;
+    let live = g < GROUPS;
     var m_own = -3.0e38;
     var l_own = 0.0;
     if (tid < n_splits) {
         m_own = part[base + tid * stride + HD];
         l_own = part[base + tid * stride + HD + 1u];
     }
-    var pre = vec4<f32>(0.0);
-    if (d1 < HD) {
-        pre = vec4<f32>(first_val(base, stride, g, n_splits, d1), first_val(base, stride, g + GROUPS, n_splits, d1),
-                        first_val(base, stride, g + 2u * GROUPS, n_splits, d1),
-                        first_val(base, stride, g + 3u * GROUPS, n_splits, d1));
+    var p0 = vec4<f32>(0.0);
+    var p1 = vec4<f32>(0.0);
+    var p2 = vec4<f32>(0.0);
+    var p3 = vec4<f32>(0.0);
+    if (live) {
+        p0 = split_vals(base, stride, g, n_splits, l4);
+        p1 = split_vals(base, stride, g + GROUPS, n_splits, l4);
+        p2 = split_vals(base, stride, g + 2u * GROUPS, n_splits, l4);
+        p3 = split_vals(base, stride, g + 3u * GROUPS, n_splits, l4);
     }
     var big_m: f32;
     var inv: f32;
     if (n_splits <= 64u) {
         // Few splits (up to 4096 positions): after one barrier every invocation folds all the
-        // (max, sum) pairs itself, instead of two reduction trees of eight barriers each.
+        // (max, sum) pairs itself, instead of two reduction trees of several barriers each.
         if (tid < 64u) {
             ml_sh[tid] = vec2<f32>(m_own, l_own);
         }
@@ -98,7 +111,7 @@ fn merge_head(h: u32, tid: u32) {
             mx = max(mx, part[base + s * stride + HD]);
         }
         big_m = merge_reduce(mx, tid, true);
-        // Splits wholly outside a sliding window carry nothing; w_sh is 0 past the last split.
+        // Splits wholly outside a sliding window carry nothing.
         var w_own = 0.0;
         if (m_own > -1.0e38) {
             w_own = exp(m_own - big_m);
@@ -117,35 +130,34 @@ fn merge_head(h: u32, tid: u32) {
         }
         inv = 1.0 / merge_reduce(l, tid, false);   // its barriers also publish w_sh
     }
-    for (var d0 = 0u; d0 < HD; d0 += DW) {
-        let d = d0 + d1;
-        var acc = 0.0;
-        if (d < HD) {
-            var s = g;
-            if (d0 == 0u) {
-                acc = dot(pre, vec4<f32>(w_sh[g], w_sh[g + GROUPS], w_sh[g + 2u * GROUPS], w_sh[g + 3u * GROUPS]));
-                s = g + 4u * GROUPS;
-            }
-            for (; s + 3u * GROUPS < n_splits; s += 4u * GROUPS) {
-                let a0 = part[base + s * stride + d];
-                let a1 = part[base + (s + GROUPS) * stride + d];
-                let a2 = part[base + (s + 2u * GROUPS) * stride + d];
-                let a3 = part[base + (s + 3u * GROUPS) * stride + d];
-                acc += w_sh[s] * a0 + w_sh[s + GROUPS] * a1 + w_sh[s + 2u * GROUPS] * a2 + w_sh[s + 3u * GROUPS] * a3;
-            }
-            for (; s < n_splits; s += GROUPS) {
-                acc += w_sh[s] * part[base + s * stride + d];
-            }
+    var acc = vec4<f32>(0.0);
+    if (live) {
+        acc = weighted(g, n_splits, p0) + weighted(g + GROUPS, n_splits, p1) +
+              weighted(g + 2u * GROUPS, n_splits, p2) + weighted(g + 3u * GROUPS, n_splits, p3);
+        var s = g + 4u * GROUPS;
+        for (; s + 3u * GROUPS < n_splits; s += 4u * GROUPS) {
+            let a0 = split_vals(base, stride, s, n_splits, l4);
+            let a1 = split_vals(base, stride, s + GROUPS, n_splits, l4);
+            let a2 = split_vals(base, stride, s + 2u * GROUPS, n_splits, l4);
+            let a3 = split_vals(base, stride, s + 3u * GROUPS, n_splits, l4);
+            acc += w_sh[s] * a0 + w_sh[s + GROUPS] * a1 + w_sh[s + 2u * GROUPS] * a2 + w_sh[s + 3u * GROUPS] * a3;
         }
-        r_sh[tid] = acc;
-        workgroupBarrier();
-        if (g == 0u && d < HD) {
-            var tot = 0.0;
-            for (var q = 0u; q < GROUPS; q++) {
-                tot += r_sh[tid + q * DW];
-            }
-            out[h * HD + d] = tot * inv;
+        for (; s < n_splits; s += GROUPS) {
+            acc += w_sh[s] * split_vals(base, stride, s, n_splits, l4);
         }
-        workgroupBarrier();
+    }
+    r4_sh[tid] = acc;
+    workgroupBarrier();
+    if (g == 0u) {
+        var tot = acc;
+        for (var q = 1u; q < GROUPS; q++) {
+            tot += r4_sh[tid + q * LANES];
+        }
+        let o = h * HD + 4u * l4;
+        let r = tot * inv;
+        out[o] = r.x;
+        out[o + 1u] = r.y;
+        out[o + 2u] = r.z;
+        out[o + 3u] = r.w;
     }
 }

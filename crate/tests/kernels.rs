@@ -795,11 +795,10 @@ fn split_kv_decode_attention() {
             ("SOFTCAP", softcap as f64),
             ("WINDOW", window as f64),
         ];
-        let dw = if hd > 64 { 128.0 } else { 64.0 };
         let done = buf_u32(&g, &vec![0; nh]);
         let attn_decode = |fused: bool, out: &wgpu::Buffer| {
             let mut c = consts.to_vec();
-            c.extend([("FUSED", fused as u32 as f64), ("DW", dw), ("GROUPS", 128.0 / dw)]);
+            c.push(("FUSED", fused as u32 as f64));
             g.dispatch_once(
                 Kernel::AttnDecode,
                 &c,
@@ -822,7 +821,7 @@ fn split_kv_decode_attention() {
         attn_decode(false, &unused);
         g.dispatch_once(
             Kernel::AttnCombine,
-            &[("HD", hd as f64), ("CTX", ctx as f64), ("DW", dw), ("GROUPS", 256.0 / dw)],
+            &[("HD", hd as f64), ("CTX", ctx as f64)],
             &[(0, &part), (3, &ob)],
             [1, pos as u32, 0, 0],
             [nh as u32, 1, 1],

@@ -519,8 +519,6 @@ pub fn build(
     if fused {
         short_max = 0;
     }
-    // Attention merge: 128 dimensions per pass for head dims 65..128, else 64 (attn_merge.wgsl).
-    let dw = if cfg.head_dim > 64 { 128.0 } else { 64.0 };
     let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
     let off = w.offsets;
@@ -620,7 +618,7 @@ pub fn build(
             );
         } else {
             let mut consts = attn[..8].to_vec();
-            consts.extend([("FUSED", b(fused)), ("DW", dw), ("GROUPS", 128.0 / dw)]);
+            consts.push(("FUSED", b(fused)));
             p.push(
                 "attention",
                 Kernel::AttnDecode,
@@ -643,7 +641,7 @@ pub fn build(
             p.push(
                 "attn merge",
                 Kernel::AttnCombine,
-                &[("HD", hd), ("CTX", context as f64), ("DW", dw), ("GROUPS", 256.0 / dw)],
+                &[("HD", hd), ("CTX", context as f64)],
                 &[(0, &bf.part), (3, &bf.attn)],
                 Grid::Fixed(cfg.n_heads as u32),
             );
