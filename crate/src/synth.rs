@@ -438,7 +438,9 @@ pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWr
     }
     let list = tensors(&shape, ty);
     let fallback: Vec<&SynthTensor> = list.iter().filter(|t| t.dims.len() == 2 && t.ty != ty).collect();
-    let mut name = format!("synthetic {} {}", shape.name, ty.name());
+    // Spaced out: llama.cpp adjusts its tokenizer by model name ("phi-3" expects Phi-3's own
+    // special tokens, which the borrowed vocabulary lacks, and then fails to load the file).
+    let mut name = format!("synthetic {} shape {}", shape.name.replace('-', " "), ty.name());
     if shape.layers != opts.shape.layers {
         name += &format!(" ({} of {} layers)", shape.layers, opts.shape.layers);
     }

@@ -83,6 +83,12 @@ fn check_metadata(g: &GgufFile, shape: &Shape, layers: u64) {
     assert_eq!(u("general.quantization_version"), 2);
     assert_eq!(g.get_array("tokenizer.ggml.tokens").unwrap().unwrap().len() as u64, shape.vocab);
     assert_eq!(g.get_array("tokenizer.ggml.token_type").unwrap().unwrap().len() as u64, shape.vocab);
+    // llama.cpp tunes its tokenizer by model name, and a "phi-3" one then requires Phi-3's own
+    // special tokens, which a borrowed vocabulary lacks: the file would not load there.
+    let name = g.get_str("general.name").unwrap().unwrap();
+    for key in ["phi-3", "phi3", "modern-bert"] {
+        assert!(!name.contains(key), "general.name {name:?} contains {key:?}");
+    }
 }
 
 /// The vocabulary is consistent: unique tokens, every merge's halves and result present, special
