@@ -14,7 +14,7 @@ override CTX: u32;
 
 const WG: u32 = 256u;
 
-@group(0) @binding(0) var<storage, read> part: array<f32>;
+@group(0) @binding(0) var<storage, read> part: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 

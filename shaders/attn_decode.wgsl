@@ -31,33 +31,36 @@ const WG: u32 = 128u;  // invocations: one key each while scoring, (word, key gr
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> v_cache: array<u32>;
-@group(0) @binding(3) var<storage, read_write> part: array<f32>;   // [NH][splits][HD + 4]
+@group(0) @binding(3) var<storage, read_write> part: array<vec4<f32>>;   // [NH][splits][HD / 4 + 1]
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;   // FUSED: [NH][HD]
 @group(0) @binding(5) var<uniform> step: Step;
 @group(0) @binding(6) var<storage, read_write> done: array<atomic<u32>>;   // FUSED: splits finished, per head
 
-var<workgroup> q_sh: array<vec4<f32>, 64>;
-var<workgroup> p_sh: array<f32, 64>;
-var<workgroup> pd_sh: array<f32, 128>;
-var<workgroup> acc_sh: array<vec2<f32>, 128>;
-
-var<workgroup> m_sh: array<vec2<f32>, 128>;
+// Workgroup memory is kept small: a smaller footprint measured up to 3% faster at 4096 positions
+// on the H100. The softmax tree and the value sums use the merge's r4_sh (attn_merge.wgsl), one
+// after the other (barriers apart).
+var<workgroup> q_sh: array<vec4<f32>, HD / 4u>;
+var<workgroup> p_sh: array<f32, CH>;
+var<workgroup> pd_sh: array<f32, WG>;
 var<workgroup> last_sh: u32;
 
-// (max, sum of e^(s - max)) over the workgroup in one tree: pairs merge as in online softmax.
+// (max, sum of e^(s - max)) over the split's keys (invocations below CH) in one tree: pairs merge
+// as in online softmax.
 fn softmax_stats(s: f32, live: bool, tid: u32) -> vec2<f32> {
-    m_sh[tid] = vec2<f32>(s, select(0.0, 1.0, live));
+    if (tid < CH) {
+        r4_sh[tid] = vec4<f32>(s, select(0.0, 1.0, live), 0.0, 0.0);
+    }
     workgroupBarrier();
-    for (var k = WG / 2u; k > 0u; k >>= 1u) {
+    for (var k = CH / 2u; k > 0u; k >>= 1u) {
         if (tid < k) {
-            let a = m_sh[tid];
-            let b = m_sh[tid + k];
+            let a = r4_sh[tid].xy;
+            let b = r4_sh[tid + k].xy;
             let m = max(a.x, b.x);
-            m_sh[tid] = vec2<f32>(m, a.y * exp(a.x - m) + b.y * exp(b.x - m));
+            r4_sh[tid] = vec4<f32>(m, a.y * exp(a.x - m) + b.y * exp(b.x - m), 0.0, 0.0);
         }
         workgroupBarrier();
     }
-    return m_sh[0];
+    return r4_sh[0].xy;
 }
 
 // Piece i of a key (0 past its n4 pieces: they contribute nothing).
@@ -131,7 +134,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     // Splits sit on absolute positions, so the merge step can find them from the position alone.
     let c0 = split * CH;
     let words = HD / 2u;
-    let slot = (h * ((CTX + CH - 1u) / CH) + split) * (HD + 4u);
+    let slot = (h * ((CTX + CH - 1u) / CH) + split) * (HD / 4u + 1u);
     // Every load that needs neither q nor the softmax is requested first, so their round trips
     // overlap instead of adding up (a loop that consumes each load right away waits one memory
     // latency per iteration: that made this kernel ~13 us at 640 keys). Keys: two invocations
@@ -240,19 +243,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             acc += pv4(i, kg, vraw4(v_base, c0, i, kg, w));
         }
     }
-    acc_sh[tid] = acc;
+    r4_sh[tid] = vec4<f32>(acc, 0.0, 0.0);   // every invocation read the softmax tree's root above
     workgroupBarrier();
-    if (g == 0u) {
-        var total = acc;
-        for (var k = 1u; k < kg; k++) {
-            total += acc_sh[tid + k * lanes];
+    // Invocation i < HD / 4 writes dimensions 4i .. 4i + 3 (words 2i, 2i + 1) as one vec4.
+    if (tid < HD / 4u) {
+        var total = vec4<f32>(0.0);
+        for (var k = 0u; k < kg; k++) {
+            total += vec4<f32>(r4_sh[2u * tid + k * lanes].xy, r4_sh[2u * tid + 1u + k * lanes].xy);
         }
-        part[slot + 2u * w] = total.x;
-        part[slot + 2u * w + 1u] = total.y;
+        part[slot + tid] = total;
     }
     if (tid == 0u) {
-        part[slot + HD] = m;
-        part[slot + HD + 1u] = ml.y;
+        part[slot + HD / 4u] = vec4<f32>(m, ml.y, 0.0, 0.0);
     }
     if (FUSED) {
         storageBarrier();   // release: this split's partial before its count

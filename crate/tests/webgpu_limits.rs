@@ -17,6 +17,7 @@ fn wide_model_runs_within_webgpu_default_limits() {
     std::env::set_var("FERROLM_WEBGPU_LIMITS", "1");
     std::env::set_var("FERROLM_NO_SUBGROUPS", "1");
     std::env::set_var("FERROLM_NO_IDOT", "1");
+    std::env::set_var("FERROLM_NO_FUSED_ATTENTION", "1");
     let tok_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer/spm_tiny.gguf");
     let tok = GgufFile::read(&FileSource::open(&tok_path).unwrap()).unwrap();
     let dir = std::env::temp_dir().join(format!("ferrolm-webgpu-limits-{}", std::process::id()));

@@ -2,6 +2,8 @@
 //! GPU buffers from slices, and the default model's path.
 #![allow(dead_code)]
 
+pub mod parity;
+
 use ferrolm::gpu::Gpu;
 use ferrolm::sampler::Rng;
 
