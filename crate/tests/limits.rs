@@ -63,3 +63,33 @@ fn oversized_matrices_are_refused_before_download() {
         ),
     }
 }
+
+#[test]
+fn contexts_past_the_attention_merge_are_refused() {
+    let tok_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer/spm_tiny.gguf");
+    let tok = GgufFile::read(&FileSource::open(&tok_path).unwrap()).unwrap();
+    let dir = std::env::temp_dir().join(format!("ferrolm-limits-ctx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("small.gguf");
+    let mut shape = synth::shape("smollm2-135m").unwrap();
+    shape.vocab = 512;
+    let opts = SynthOptions { shape, ty: GgmlType::Q4_0, seed: 1, layers: Some(1), sparse: false };
+    synth::write(&opts, &tok, &out, &mut |_| {}).unwrap();
+    let src = FileSource::open(&out).unwrap();
+    let max = ferrolm::model::forward::MAX_ATTENTION_SPLITS * 64;
+    let load = |n: usize| {
+        let opts = LoadOptions { context_length: Some(n), ..Default::default() };
+        block_on(Engine::load(&src, &opts, &mut |_, _, _| {}))
+    };
+    match load(max + 1) {
+        Err(Error::Limits(msg)) => assert!(msg.contains("attention splits"), "{msg}"),
+        Err(e) => panic!("expected a limits error, got {e}"),
+        Ok(_) => panic!("a {}-token context was accepted", max + 1),
+    }
+    // The largest context it merges loads and decodes.
+    let mut engine = load(max).unwrap();
+    let opts = ferrolm::engine::GenerateOptions { max_tokens: 2, ..Default::default() };
+    let out_tokens = block_on(engine.generate(&[1, 2, 3], &opts, &mut |_, _| true)).unwrap().tokens;
+    assert_eq!(out_tokens.len(), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}

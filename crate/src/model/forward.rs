@@ -51,6 +51,10 @@ impl Grid {
     }
 }
 
+/// Decode attention merges its 64-position splits with one weight each in workgroup memory
+/// (attn_merge.wgsl): 8 KiB at this many, inside WebGPU's 16 KiB beside the kernel's other arrays.
+pub const MAX_ATTENTION_SPLITS: usize = 2048;
+
 /// Decode steps merge the split attention (64 positions a split) inside the output projection
 /// (rowdot.wgsl MERGE) while every workgroup of it reads at most this many partial values
 /// (hidden size x splits), and in attn_combine's own dispatch beyond. Measured on the H100 at
@@ -131,6 +135,13 @@ impl Buffers {
             gpu.buffer(label, n)
         };
         let (h, qd, kvd, ff) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.ffn as u64);
+        if context.div_ceil(64) > MAX_ATTENTION_SPLITS {
+            return Err(Error::Limits(format!(
+                "a {context}-token context has {} attention splits of 64 positions; decode attention merges at most {MAX_ATTENTION_SPLITS} ({} tokens)",
+                context.div_ceil(64),
+                MAX_ATTENTION_SPLITS * 64
+            )));
+        }
         let kv_cap: Vec<usize> = (0..cfg.n_layers)
             .map(|i| {
                 if cfg.layer_sliding[i] && cfg.sliding_window > 0 {
