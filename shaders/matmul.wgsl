@@ -1,6 +1,9 @@
 // C[m, n] (+)= sum_k A[m, k] * W[n, k] (+ bias[n]) for many activation rows (prefill).
-// 64x64 output tile per workgroup, 4x4 per thread, K in steps of 32 staged through workgroup
-// memory (16 KiB in all: the portable limit).
+// 64x64 output tile per workgroup of 128 threads, 8 rows x 4 columns per thread, K in steps of
+// 32 staged through workgroup memory (16 KiB in all: the portable limit). Per four k's a thread
+// reads 8 + 4 vec4s from workgroup memory for 128 multiply-adds (the 4x4-per-thread version read
+// 8 for 64, through dot products). The next step's global loads are issued before this step's
+// arithmetic, so their latency hides behind it.
 
 struct Step {
     n_tokens: u32,
@@ -24,73 +27,143 @@ const BK: u32 = 32u;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4], swizzled
-var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BN][BK / 4], swizzled
+var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]: row m, four k's; swizzled
+var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BK][BN / 4]: k, four n's; swizzled
 
-// Rows are 8 vec4 (32 words) long, so without a swizzle the 16 threads reading 16 different rows
-// at the same column all hit one memory bank; XOR-ing the column with the row's group spreads them.
+// A rows are 8 vec4 (32 words) long, so the threads reading 8 different rows at one column would
+// all hit one memory bank; XOR-ing the column with the row's group spreads them.
 fn sw(row: u32, col: u32) -> u32 {
     return row * 8u + (col ^ ((row >> 2u) & 7u));
 }
 
-@compute @workgroup_size(16, 16)
+// W is stored k-major (a vec4 holds four n's at one k). Its loaders write scalars: 32 lanes at
+// 8 rows x 4 k-groups; XOR-ing the vec4 column with the k-group puts them in 32 distinct banks.
+fn wsw(k: u32, col: u32) -> u32 {
+    return k * 16u + (col ^ (((k >> 3u) & 3u) * 2u));
+}
+
+// This thread's share of one K step: 4 vec4 of A and 2 runs of 8 weights.
+struct Tile {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    a2: vec4<f32>,
+    a3: vec4<f32>,
+    w0: W8,
+    w1: W8,
+}
+
+fn load_a(m0: u32, k0: u32, i: u32) -> vec4<f32> {
+    let r = i / 8u;
+    let kq = i % 8u;
+    if (m0 + r < step.n_tokens && k0 + kq * 4u < K) {
+        return a[((m0 + r) * K + k0) / 4u + kq];
+    }
+    return vec4<f32>(0.0);
+}
+
+fn load_w(n0: u32, k0: u32, j: u32) -> W8 {
+    let r = j / 4u;
+    let kk = (j % 4u) * 8u;
+    if (n0 + r < N && k0 + kk < K) {
+        return load8((n0 + r) * K + k0 + kk);
+    }
+    var z: W8;
+    z.lo = vec4<f32>(0.0);
+    z.hi = vec4<f32>(0.0);
+    return z;
+}
+
+fn load_tile(m0: u32, n0: u32, k0: u32, lid: u32) -> Tile {
+    var t: Tile;
+    t.a0 = load_a(m0, k0, lid);
+    t.a1 = load_a(m0, k0, lid + 128u);
+    t.a2 = load_a(m0, k0, lid + 256u);
+    t.a3 = load_a(m0, k0, lid + 384u);
+    t.w0 = load_w(n0, k0, lid);
+    t.w1 = load_w(n0, k0, lid + 128u);
+    return t;
+}
+
+fn store_w(j: u32, w: W8) {
+    let r = j / 4u;
+    let kk = (j % 4u) * 8u;
+    let col = r / 4u;
+    let lane = r % 4u;
+    w_sh[wsw(kk, col)][lane] = w.lo.x;
+    w_sh[wsw(kk + 1u, col)][lane] = w.lo.y;
+    w_sh[wsw(kk + 2u, col)][lane] = w.lo.z;
+    w_sh[wsw(kk + 3u, col)][lane] = w.lo.w;
+    w_sh[wsw(kk + 4u, col)][lane] = w.hi.x;
+    w_sh[wsw(kk + 5u, col)][lane] = w.hi.y;
+    w_sh[wsw(kk + 6u, col)][lane] = w.hi.z;
+    w_sh[wsw(kk + 7u, col)][lane] = w.hi.w;
+}
+
+fn store_tile(t: Tile, lid: u32) {
+    a_sh[sw(lid / 8u, lid % 8u)] = t.a0;
+    a_sh[sw((lid + 128u) / 8u, lid % 8u)] = t.a1;
+    a_sh[sw((lid + 256u) / 8u, lid % 8u)] = t.a2;
+    a_sh[sw((lid + 384u) / 8u, lid % 8u)] = t.a3;
+    store_w(lid, t.w0);
+    store_w(lid + 128u, t.w1);
+}
+
+// Four k's of row i against the four columns' weights at those k's.
+fn fma4(acc: vec4<f32>, a4: vec4<f32>, w0: vec4<f32>, w1: vec4<f32>, w2: vec4<f32>, w3: vec4<f32>) -> vec4<f32> {
+    return acc + a4.x * w0 + a4.y * w1 + a4.z * w2 + a4.w * w3;
+}
+
+@compute @workgroup_size(16, 8)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let M = step.n_tokens;
     let m0 = wg.y * BM;
     let n0 = wg.x * BN;
-    let tx = lid3.x;
-    let ty = lid3.y;
+    let tx = lid3.x;   // columns n0 + 4 tx ..
+    let ty = lid3.y;   // rows m0 + 8 ty ..
     // Named registers rather than arrays: an array indexed in a loop may be put in local memory.
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
+    var acc4 = vec4<f32>(0.0);
+    var acc5 = vec4<f32>(0.0);
+    var acc6 = vec4<f32>(0.0);
+    var acc7 = vec4<f32>(0.0);
+    var t = load_tile(m0, n0, 0u, lid);
     for (var k0 = 0u; k0 < K; k0 += BK) {
-        // One load8 of W per thread: row lid / 4, eight k's at (lid % 4) * 8.
-        {
-            let r = lid / 4u;
-            let kk = (lid % 4u) * 8u;
-            var w: W8;
-            if (n0 + r < N && k0 + kk < K) {
-                w = load8((n0 + r) * K + k0 + kk);
-            } else {
-                w.lo = vec4<f32>(0.0);
-                w.hi = vec4<f32>(0.0);
-            }
-            w_sh[sw(r, kk / 4u)] = w.lo;
-            w_sh[sw(r, kk / 4u + 1u)] = w.hi;
-        }
-        for (var i = lid; i < 512u; i += 256u) {
-            let r = i / 8u;
-            let kq = i % 8u;
-            var v = vec4<f32>(0.0);
-            if (m0 + r < M && k0 + kq * 4u < K) {
-                v = a[((m0 + r) * K + k0) / 4u + kq];
-            }
-            a_sh[sw(r, kq)] = v;
-        }
+        store_tile(t, lid);
         workgroupBarrier();
+        if (k0 + BK < K) {
+            t = load_tile(m0, n0, k0 + BK, lid);
+        }
         for (var kq = 0u; kq < BK / 4u; kq++) {
-            let w0 = w_sh[sw(tx * 4u, kq)];
-            let w1 = w_sh[sw(tx * 4u + 1u, kq)];
-            let w2 = w_sh[sw(tx * 4u + 2u, kq)];
-            let w3 = w_sh[sw(tx * 4u + 3u, kq)];
-            let a0 = a_sh[sw(ty * 4u, kq)];
-            let a1 = a_sh[sw(ty * 4u + 1u, kq)];
-            let a2 = a_sh[sw(ty * 4u + 2u, kq)];
-            let a3 = a_sh[sw(ty * 4u + 3u, kq)];
-            acc0 += vec4<f32>(dot(a0, w0), dot(a0, w1), dot(a0, w2), dot(a0, w3));
-            acc1 += vec4<f32>(dot(a1, w0), dot(a1, w1), dot(a1, w2), dot(a1, w3));
-            acc2 += vec4<f32>(dot(a2, w0), dot(a2, w1), dot(a2, w2), dot(a2, w3));
-            acc3 += vec4<f32>(dot(a3, w0), dot(a3, w1), dot(a3, w2), dot(a3, w3));
+            let k = kq * 4u;
+            let w0 = w_sh[wsw(k, tx)];
+            let w1 = w_sh[wsw(k + 1u, tx)];
+            let w2 = w_sh[wsw(k + 2u, tx)];
+            let w3 = w_sh[wsw(k + 3u, tx)];
+            let r = ty * 8u;
+            acc0 = fma4(acc0, a_sh[sw(r, kq)], w0, w1, w2, w3);
+            acc1 = fma4(acc1, a_sh[sw(r + 1u, kq)], w0, w1, w2, w3);
+            acc2 = fma4(acc2, a_sh[sw(r + 2u, kq)], w0, w1, w2, w3);
+            acc3 = fma4(acc3, a_sh[sw(r + 3u, kq)], w0, w1, w2, w3);
+            acc4 = fma4(acc4, a_sh[sw(r + 4u, kq)], w0, w1, w2, w3);
+            acc5 = fma4(acc5, a_sh[sw(r + 5u, kq)], w0, w1, w2, w3);
+            acc6 = fma4(acc6, a_sh[sw(r + 6u, kq)], w0, w1, w2, w3);
+            acc7 = fma4(acc7, a_sh[sw(r + 7u, kq)], w0, w1, w2, w3);
         }
         workgroupBarrier();
     }
-    store(m0 + ty * 4u, n0 + tx * 4u, acc0);
-    store(m0 + ty * 4u + 1u, n0 + tx * 4u, acc1);
-    store(m0 + ty * 4u + 2u, n0 + tx * 4u, acc2);
-    store(m0 + ty * 4u + 3u, n0 + tx * 4u, acc3);
+    let m = m0 + ty * 8u;
+    let n = n0 + tx * 4u;
+    store(m, n, acc0);
+    store(m + 1u, n, acc1);
+    store(m + 2u, n, acc2);
+    store(m + 3u, n, acc3);
+    store(m + 4u, n, acc4);
+    store(m + 5u, n, acc5);
+    store(m + 6u, n, acc6);
+    store(m + 7u, n, acc7);
 }
 
 // Four outputs of row m from column n on, with bias and residual as configured.
