@@ -36,21 +36,15 @@ impl ByteSource for Counting {
 
 #[test]
 fn oversized_matrices_are_refused_before_download() {
-    let tok_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer/spm_tiny.gguf");
-    let tok = GgufFile::read(&FileSource::open(&tok_path).unwrap()).unwrap();
-    let dir = std::env::temp_dir().join(format!("ferrolm-limits-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("big.gguf");
     // Llama-3.1-8B's 128256 x 4096 embedding in Q8_0 is ~530 MB in one buffer: more than
     // lavapipe's and the browsers' default 128 MiB binding (on big native GPUs it may fit).
     let shape = synth::shape("llama-3.1-8b").unwrap();
     let opts = SynthOptions { shape, ty: GgmlType::Q8_0, seed: 1, layers: Some(1), sparse: true };
-    synth::write(&opts, &tok, &out, &mut |_| {}).unwrap();
-    let inner = FileSource::open(&out).unwrap();
+    let model = common::SynthModel::write("limits-big", &opts);
+    let inner = FileSource::open(&model.path).unwrap();
     let data_offset = GgufFile::read(&inner).unwrap().data_offset;
     let src = Counting { inner, data_offset, weight_bytes: AtomicU64::new(0) };
     let res = block_on(Engine::load(&src, &LoadOptions::default(), &mut |_, _, _| {}));
-    let _ = std::fs::remove_dir_all(&dir);
     match res {
         Err(Error::Limits(msg)) => {
             assert!(msg.contains("token_embd") || msg.contains("output"), "{msg}");
@@ -66,16 +60,11 @@ fn oversized_matrices_are_refused_before_download() {
 
 #[test]
 fn contexts_past_the_attention_merge_are_refused() {
-    let tok_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer/spm_tiny.gguf");
-    let tok = GgufFile::read(&FileSource::open(&tok_path).unwrap()).unwrap();
-    let dir = std::env::temp_dir().join(format!("ferrolm-limits-ctx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("small.gguf");
     let mut shape = synth::shape("smollm2-135m").unwrap();
     shape.vocab = 512;
     let opts = SynthOptions { shape, ty: GgmlType::Q4_0, seed: 1, layers: Some(1), sparse: false };
-    synth::write(&opts, &tok, &out, &mut |_| {}).unwrap();
-    let src = FileSource::open(&out).unwrap();
+    let model = common::SynthModel::write("limits-ctx", &opts);
+    let src = FileSource::open(&model.path).unwrap();
     let max = ferrolm::model::forward::MAX_ATTENTION_SPLITS * 64;
     let load = |n: usize| {
         let opts = LoadOptions { context_length: Some(n), ..Default::default() };
@@ -91,5 +80,4 @@ fn contexts_past_the_attention_merge_are_refused() {
     let opts = ferrolm::engine::GenerateOptions { max_tokens: 2, ..Default::default() };
     let out_tokens = block_on(engine.generate(&[1, 2, 3], &opts, &mut |_, _| true)).unwrap().tokens;
     assert_eq!(out_tokens.len(), 2);
-    let _ = std::fs::remove_dir_all(&dir);
 }

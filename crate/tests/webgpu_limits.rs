@@ -7,7 +7,6 @@ mod common;
 use ferrolm::engine::{Engine, GenerateOptions, LoadOptions};
 use ferrolm::gpu::block_on;
 use ferrolm::synth::{self, SynthOptions};
-use ferrolm::weights::gguf::GgufFile;
 use ferrolm::weights::quant::GgmlType;
 use ferrolm::weights::FileSource;
 
@@ -18,20 +17,14 @@ fn wide_model_runs_within_webgpu_default_limits() {
     std::env::set_var("FERROLM_NO_SUBGROUPS", "1");
     std::env::set_var("FERROLM_NO_IDOT", "1");
     std::env::set_var("FERROLM_NO_FUSED_ATTENTION", "1");
-    let tok_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer/spm_tiny.gguf");
-    let tok = GgufFile::read(&FileSource::open(&tok_path).unwrap()).unwrap();
-    let dir = std::env::temp_dir().join(format!("ferrolm-webgpu-limits-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("wide.gguf");
     let mut shape = synth::shape("llama-3.2-1b").unwrap();
     shape.ffn = 512;
     shape.vocab = 512;
     let opts = SynthOptions { shape, ty: GgmlType::Q4_0, seed: 3, layers: Some(1), sparse: false };
-    synth::write(&opts, &tok, &out, &mut |_| {}).unwrap();
-    let src = FileSource::open(&out).unwrap();
+    let model = common::SynthModel::write("webgpu-limits", &opts);
+    let src = FileSource::open(&model.path).unwrap();
     let load = LoadOptions { context_length: Some(640), ..Default::default() };
     let mut engine = block_on(Engine::load(&src, &load, &mut |_, _, _| {})).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(engine.rt.gpu.limits.max_compute_workgroup_storage_size, 16384);
     // 8 prompt tokens (short: merged in the projection), then 500 (past the merge depth).
     for n in [8usize, 500] {

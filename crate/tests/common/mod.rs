@@ -90,3 +90,31 @@ pub fn model_path() -> Option<std::path::PathBuf> {
         None
     }
 }
+
+/// A random-weight GGUF written by `synth` (tokenizer from tests/fixtures/tokenizer/spm_tiny.gguf)
+/// into its own temporary folder, removed on drop.
+pub struct SynthModel {
+    pub dir: std::path::PathBuf,
+    pub path: std::path::PathBuf,
+}
+
+impl SynthModel {
+    pub fn write(tag: &str, opts: &ferrolm::synth::SynthOptions) -> SynthModel {
+        use ferrolm::weights::gguf::GgufFile;
+        use ferrolm::weights::FileSource;
+        let tok_path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer/spm_tiny.gguf");
+        let tok = GgufFile::read(&FileSource::open(&tok_path).unwrap()).unwrap();
+        let dir = std::env::temp_dir().join(format!("ferrolm-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{tag}.gguf"));
+        ferrolm::synth::write(opts, &tok, &path, &mut |_| {}).unwrap();
+        SynthModel { dir, path }
+    }
+}
+
+impl Drop for SynthModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
