@@ -4,6 +4,7 @@
 mod common;
 use common::*;
 use ferrolm::gpu::{Gpu, Kernel};
+use ferrolm::model::forward::{MATMUL_TILE_M, MATMUL_TILE_N};
 
 #[derive(Clone, Copy, Debug)]
 enum L {
@@ -179,7 +180,7 @@ fn check_linear(
                 ("HAS_BIAS", with_bias as u32 as f64),
                 ("BIAS_OFF", 3.0),
             ],
-            [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
+            [n.div_ceil(MATMUL_TILE_N as usize) as u32, m.div_ceil(MATMUL_TILE_M as usize) as u32, 1],
         ),
     };
     g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid)

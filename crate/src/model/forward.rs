@@ -40,7 +40,7 @@ impl Grid {
             Grid::Fixed2(x, y) => [x, y, 1],
             Grid::Tokens => [t, 1, 1],
             Grid::PerToken(x) => [x, t, 1],
-            Grid::Tiles(n) => [n.div_ceil(64), t.div_ceil(64), 1],
+            Grid::Tiles(n) => [n.div_ceil(MATMUL_TILE_N), t.div_ceil(MATMUL_TILE_M), 1],
             Grid::Elems(n) => {
                 let wgs = (n * t).div_ceil(256);
                 let y = wgs.div_ceil(65535);
@@ -50,6 +50,10 @@ impl Grid {
         }
     }
 }
+
+/// The prefill matmul's output tile (matmul.wgsl BN x BM): weight rows x tokens.
+pub const MATMUL_TILE_N: u32 = 64;
+pub const MATMUL_TILE_M: u32 = 64;
 
 /// Decode attention merges its 64-position splits with one weight each in workgroup memory
 /// (attn_merge.wgsl): 8 KiB at this many, inside WebGPU's 16 KiB beside the kernel's other arrays.
