@@ -30,6 +30,21 @@ const CH: u32 = 64u;
 var<workgroup> q_sh: array<vec4<f32>, 64>;   // HD <= 256
 var<workgroup> p_sh: array<f32, 64>;
 
+// Value word w of key i of the chunk at c (0 past the chunk's n keys or the row's words).
+fn vw(c: u32, i: u32, n: u32, w: u32, kv_row0: u32) -> u32 {
+    let words = HD / 2u;
+    if (i < n && w < words) {
+        return v_cache[NKV * CAP * words + (kv_row0 + (c + i) % CAP) * words + w];
+    }
+    return 0u;
+}
+
+fn pv8(p0: vec4<f32>, p1: vec4<f32>, v0: vec4<u32>, v1: vec4<u32>) -> vec2<f32> {
+    return p0.x * unpack2x16float(v0.x) + p0.y * unpack2x16float(v0.y) + p0.z * unpack2x16float(v0.z) +
+           p0.w * unpack2x16float(v0.w) + p1.x * unpack2x16float(v1.x) + p1.y * unpack2x16float(v1.y) +
+           p1.z * unpack2x16float(v1.z) + p1.w * unpack2x16float(v1.w);
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let h = wg.x;
@@ -46,7 +61,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     let qbase = t * QSTRIDE + h * HD;
     let obase = (t * NH + h) * HD;
-    let v_base = NKV * CAP * (HD / 2u);
     if (tid < HD / 4u) {
         let i = qbase + 4u * tid;
         q_sh[tid] = vec4<f32>(q[i], q[i + 1u], q[i + 2u], q[i + 3u]) * SCALE;
@@ -88,16 +102,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         acc0 *= corr;
         acc1 *= corr;
         m = cmax;
-        for (var i = 0u; i < n; i++) {
-            let p = exp(p_sh[i] - m);
-            l += p;
-            let vb = v_base + (kv_row0 + (c + i) % CAP) * words;
-            if (tid < words) {
-                acc0 += p * unpack2x16float(v_cache[vb + tid]);
-            }
-            if (tid + 64u < words) {
-                acc1 += p * unpack2x16float(v_cache[vb + tid + 64u]);
-            }
+        // Eight keys' value words are requested before any is used: a loop that consumes each
+        // load right away waits one memory latency per key.
+        for (var i = 0u; i < n; i += 8u) {
+            let lo0 = vec4<u32>(vw(c, i, n, tid, kv_row0), vw(c, i + 1u, n, tid, kv_row0),
+                                vw(c, i + 2u, n, tid, kv_row0), vw(c, i + 3u, n, tid, kv_row0));
+            let lo1 = vec4<u32>(vw(c, i + 4u, n, tid, kv_row0), vw(c, i + 5u, n, tid, kv_row0),
+                                vw(c, i + 6u, n, tid, kv_row0), vw(c, i + 7u, n, tid, kv_row0));
+            let w2 = tid + 64u;
+            let hi0 = vec4<u32>(vw(c, i, n, w2, kv_row0), vw(c, i + 1u, n, w2, kv_row0),
+                                vw(c, i + 2u, n, w2, kv_row0), vw(c, i + 3u, n, w2, kv_row0));
+            let hi1 = vec4<u32>(vw(c, i + 4u, n, w2, kv_row0), vw(c, i + 5u, n, w2, kv_row0),
+                                vw(c, i + 6u, n, w2, kv_row0), vw(c, i + 7u, n, w2, kv_row0));
+            // Keys past n have p = exp(-3e38 - m) = 0 and value words 0.
+            let p0 = vec4<f32>(exp(p_sh[i] - m), exp(p_sh[i + 1u] - m), exp(p_sh[i + 2u] - m),
+                               exp(p_sh[i + 3u] - m));
+            let p1 = vec4<f32>(exp(p_sh[i + 4u] - m), exp(p_sh[i + 5u] - m), exp(p_sh[i + 6u] - m),
+                               exp(p_sh[i + 7u] - m));
+            l += dot(p0, vec4<f32>(1.0)) + dot(p1, vec4<f32>(1.0));
+            acc0 += pv8(p0, p1, lo0, lo1);
+            acc1 += pv8(p0, p1, hi0, hi1);
         }
         workgroupBarrier();
     }

@@ -20,5 +20,5 @@ const WG: u32 = 256u;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    merge_head(wg.x, tid);
+    merge_head(wg.x, tid, merge_splits());
 }

@@ -122,7 +122,8 @@ fn pv4(i0: u32, kg: u32, v: vec4<u32>) -> vec2<f32> {
 }
 
 @compute @workgroup_size(128)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec3<u32>,
+        @builtin(local_invocation_index) tid: u32) {
     let h = wg.x;
     let split = wg.y;
     let kvh = h / (NH / NKV);
@@ -259,11 +260,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (FUSED) {
         storageBarrier();   // release: this split's partial before its count
         if (tid == 0u) {
-            last_sh = select(0u, 1u, atomicAdd(&done[h], 1u) + 1u == merge_splits());
+            // The grid's split count, not one derived from the position: whatever the host
+            // launched, the last of them merges and the count returns to 0.
+            last_sh = select(0u, 1u, atomicAdd(&done[h], 1u) + 1u == grid.y);
         }
         if (workgroupUniformLoad(&last_sh) == 1u) {
             storageBarrier();   // acquire: the other splits' partials after their counts
-            merge_head(h, tid);
+            merge_head(h, tid, grid.y);
             if (tid == 0u) {
                 atomicStore(&done[h], 0u);   // ready for the next layer's dispatch
             }

@@ -60,8 +60,8 @@ fn merge_splits() -> u32 {
     return (step.pos0 + CH) / CH;
 }
 
-fn merge_head(h: u32, tid: u32) {
-    let n_splits = merge_splits();
+// Merge head h's first n_splits splits (uniform).
+fn merge_head(h: u32, tid: u32, n_splits: u32) {
     // In vec4s: acc[HD], then (max, sum, 2 pad).
     let stride = HD / 4u + 1u;
     let base = h * ((CTX + CH - 1u) / CH) * stride;

@@ -322,8 +322,11 @@ impl Engine {
         // A default-sized context grows to hold a longer prompt and the tokens asked for (up to
         // 4096 more; the model's training context is not a limit: transformers does not enforce
         // it either). A prompt that fits keeps the context, and generation stops at its end.
-        if prompt.len() >= self.rt.context && !self.rt.context_fixed {
-            self.rt.grow_context(prompt.len() + opts.max_tokens.clamp(1, 4096))?;
+        // Never past what decode attention can merge: a prompt that fits below that limit grows
+        // the context to it, and a longer one gets ContextOverflow below.
+        let most = crate::model::forward::MAX_ATTENTION_SPLITS * 64;
+        if prompt.len() >= self.rt.context && !self.rt.context_fixed && prompt.len() < most {
+            self.rt.grow_context((prompt.len() + opts.max_tokens.clamp(1, 4096)).min(most))?;
         }
         if prompt.len() >= self.rt.context {
             return Err(Error::ContextOverflow {

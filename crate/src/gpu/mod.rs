@@ -101,8 +101,14 @@ impl Gpu {
         // acquire/release fence, which naga emits for Vulkan; WGSL itself promises it only within a
         // workgroup, so other backends (and browsers) keep the merge dispatch.
         // FERROLM_NO_FUSED_ATTENTION=1 keeps it on Vulkan too.
+        // Under naga's GLSL450 memory model (buffers not Coherent) that visibility rests on the
+        // driver invalidating caches on an acquire, so only drivers we have run it on qualify:
+        // NVIDIA's (H100) and Mesa's llvmpipe (the tests).
+        const NVIDIA: u32 = 0x10de;
+        const MESA: u32 = 0x10005;
         let fused_attention = info.backend == wgpu::Backend::Vulkan
             && cfg!(not(target_arch = "wasm32"))
+            && (info.vendor == NVIDIA || (info.vendor == MESA && info.device_type == wgpu::DeviceType::Cpu))
             && std::env::var("FERROLM_NO_FUSED_ATTENTION").is_err();
         // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
         let mut wanted = features
