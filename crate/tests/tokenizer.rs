@@ -2,6 +2,8 @@
 //! transformers. The SmolLM2 part needs the model file (FERROLM_MODEL overrides the path) and is
 //! skipped with a message when it is absent; the synthetic SentencePiece GGUF is committed.
 
+mod common;
+
 use ferrolm::tokenizer::Tokenizer;
 use ferrolm::weights::gguf::GgufFile;
 use ferrolm::weights::source::{FileSource, MemSource};
@@ -42,29 +44,12 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// Encode, decode and stream-decode every fixture text.
 fn check_texts(tok: &Tokenizer, fx: &Value) {
-    let mut failures = Vec::new();
-    for case in fx["texts"].as_array().unwrap() {
-        let text = case["text"].as_str().unwrap();
-        let want = ids(&case["ids"]);
-        let got = tok.encode(text).unwrap();
-        if got != want {
-            failures.push(format!("encode {text:?}:\n  got  {got:?}\n  want {want:?}"));
-            continue;
-        }
-        let decoded = tok.decode(&want).unwrap();
-        if decoded != case["decoded"].as_str().unwrap() {
-            failures.push(format!("decode {text:?}: got {decoded:?}"));
-        }
-        let mut s = tok.stream();
-        let mut streamed = String::new();
-        for &id in &want {
-            streamed += &s.push(id).unwrap();
-        }
-        streamed += &s.finish().unwrap();
-        if streamed != decoded {
-            failures.push(format!("stream {text:?}: got {streamed:?}, decode gave {decoded:?}"));
-        }
-    }
+    let failures: Vec<String> = fx["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|case| common::tokenizer_case_failures(tok, case, true))
+        .collect();
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 

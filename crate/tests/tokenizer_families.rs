@@ -11,6 +11,8 @@
 //! whose files are missing says SKIPPED and passes; set FERROLM_REQUIRE_TOKENIZERS=1 to make that a
 //! failure instead (CI does).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use ferrolm::tokenizer::Tokenizer;
@@ -59,31 +61,9 @@ fn opt_id(v: &Value) -> Option<u32> {
 
 /// Encode (and decode, and stream-decode, where the fixture has the decoded text) every text.
 fn check_texts(tok: &Tokenizer, fx: &Value, how: &str) {
-    let mut failures = Vec::new();
     let texts = fx["texts"].as_array().unwrap();
-    for case in texts {
-        let text = case["text"].as_str().unwrap();
-        let want = ids(&case["ids"]);
-        let got = tok.encode(text).unwrap();
-        if got != want {
-            failures.push(format!("encode {text:?}:\n  got  {got:?}\n  want {want:?}"));
-            continue;
-        }
-        let Some(decoded) = case["decoded"].as_str() else { continue };
-        let ours = tok.decode(&want).unwrap();
-        if ours != decoded {
-            failures.push(format!("decode {text:?}: got {ours:?}, want {decoded:?}"));
-        }
-        let mut s = tok.stream();
-        let mut streamed = String::new();
-        for &id in &want {
-            streamed += &s.push(id).unwrap();
-        }
-        streamed += &s.finish().unwrap();
-        if streamed != ours {
-            failures.push(format!("stream {text:?}: got {streamed:?}, decode gave {ours:?}"));
-        }
-    }
+    let failures: Vec<String> =
+        texts.iter().flat_map(|case| common::tokenizer_case_failures(tok, case, false)).collect();
     assert!(
         failures.is_empty(),
         "{} ({how}): {} of {} texts fail:\n{}",

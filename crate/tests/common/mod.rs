@@ -118,3 +118,39 @@ impl Drop for SynthModel {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// One tokenizer fixture case ({"text", "ids", "decoded"}): encode the text, then decode and
+/// stream-decode the reference ids. Returns what went wrong. A case without "decoded" is only
+/// encoded, unless `decoded_required`.
+pub fn tokenizer_case_failures(
+    tok: &ferrolm::tokenizer::Tokenizer,
+    case: &serde_json::Value,
+    decoded_required: bool,
+) -> Vec<String> {
+    let text = case["text"].as_str().unwrap();
+    let want: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    let got = tok.encode(text).unwrap();
+    if got != want {
+        return vec![format!("encode {text:?}:\n  got  {got:?}\n  want {want:?}")];
+    }
+    let decoded = match case["decoded"].as_str() {
+        Some(d) => d,
+        None if decoded_required => return vec![format!("{text:?}: the fixture has no decoded text")],
+        None => return Vec::new(),
+    };
+    let mut failures = Vec::new();
+    let ours = tok.decode(&want).unwrap();
+    if ours != decoded {
+        failures.push(format!("decode {text:?}: got {ours:?}, want {decoded:?}"));
+    }
+    let mut s = tok.stream();
+    let mut streamed = String::new();
+    for &id in &want {
+        streamed += &s.push(id).unwrap();
+    }
+    streamed += &s.finish().unwrap();
+    if streamed != ours {
+        failures.push(format!("stream {text:?}: got {streamed:?}, decode gave {ours:?}"));
+    }
+    failures
+}
