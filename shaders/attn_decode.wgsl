@@ -6,8 +6,8 @@
 // FUSED: each head's last split to finish merges them all (attn_merge.wgsl) instead of a
 // dispatch of its own (~4 us a layer on the H100). Splits count themselves on an atomic and
 // publish their partials with storageBarrier(); only Vulkan (naga) makes that barrier
-// device-scope acquire/release, which is what lets the last split see the others' partials.
-// WGSL promises it only within a workgroup, so the host sets FUSED on Vulkan alone.
+// device-scope acquire/release, which with `part` Coherent is what lets the last split see the
+// others' partials. WGSL promises it only within a workgroup, so the host sets FUSED on Vulkan alone.
 
 struct Step {
     n_tokens: u32,
@@ -31,7 +31,9 @@ const WG: u32 = 128u;  // invocations: one key each while scoring, (word, key gr
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> v_cache: array<u32>;
-@group(0) @binding(3) var<storage, read_write> part: array<vec4<f32>>;   // [NH][splits][HD / 4 + 1]
+// Coherent natively (the host turns the marker into naga's @coherent): the merging split reads
+// the other splits' partials.
+@group(0) @binding(3) /*COHERENT*/ var<storage, read_write> part: array<vec4<f32>>;   // [NH][splits][HD / 4 + 1]
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;   // FUSED: [NH][HD]
 @group(0) @binding(5) var<uniform> step: Step;
 @group(0) @binding(6) var<storage, read_write> done: array<atomic<u32>>;   // FUSED: splits finished, per head

@@ -97,18 +97,15 @@ impl Gpu {
         let idot = cfg!(not(target_arch = "wasm32"))
             && instance.wgsl_language_features().contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
             && std::env::var("FERROLM_NO_IDOT").is_err();
-        // Decode attention's splits merge themselves when storageBarrier() is a device-scope
-        // acquire/release fence, which naga emits for Vulkan; WGSL itself promises it only within a
-        // workgroup, so other backends (and browsers) keep the merge dispatch.
-        // FERROLM_NO_FUSED_ATTENTION=1 keeps it on Vulkan too.
-        // Under naga's GLSL450 memory model (buffers not Coherent) that visibility rests on the
-        // driver invalidating caches on an acquire, so only drivers we have run it on qualify:
-        // NVIDIA's (H100) and Mesa's llvmpipe (the tests).
-        const NVIDIA: u32 = 0x10de;
-        const MESA: u32 = 0x10005;
+        // Decode attention's splits merge themselves (attn_decode.wgsl FUSED) where one split's
+        // partial is sure to be visible to the split that merges: on Vulkan, where naga emits
+        // storageBarrier() as a device-scope acquire/release barrier and `part` can be declared
+        // Coherent (wgpu's MEMORY_DECORATION_COHERENT), as GLSL's memory model requires for
+        // other workgroups to see the writes. WGSL promises neither, so browsers and the other
+        // backends keep the merge dispatch. FERROLM_NO_FUSED_ATTENTION=1 keeps it on Vulkan too.
         let fused_attention = info.backend == wgpu::Backend::Vulkan
             && cfg!(not(target_arch = "wasm32"))
-            && (info.vendor == NVIDIA || (info.vendor == MESA && info.device_type == wgpu::DeviceType::Cpu))
+            && features.contains(wgpu::Features::MEMORY_DECORATION_COHERENT)
             && std::env::var("FERROLM_NO_FUSED_ATTENTION").is_err();
         // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
         let mut wanted = features
@@ -117,6 +114,9 @@ impl Gpu {
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
         if sg32 {
             wanted |= wgpu::Features::SUBGROUP;
+        }
+        if fused_attention {
+            wanted |= wgpu::Features::MEMORY_DECORATION_COHERENT;
         }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {

@@ -108,7 +108,8 @@ pub struct Pipelines {
     /// Decode matvecs of quantized weights take 8-bit activations and integer dot products.
     pub idot: bool,
     /// Decode attention merges its splits in its own last workgroup per head (attn_decode.wgsl
-    /// FUSED), one dispatch a layer fewer.
+    /// FUSED), one dispatch a layer fewer. The device then has MEMORY_DECORATION_COHERENT, and
+    /// storage buffers marked `/*COHERENT*/` in the WGSL get naga's `@coherent`.
     pub fused_attention: bool,
     layouts: RefCell<HashMap<Kernel, (Rc<wgpu::BindGroupLayout>, wgpu::PipelineLayout)>>,
     modules: RefCell<HashMap<Kernel, wgpu::ShaderModule>>,
@@ -197,6 +198,9 @@ impl Pipelines {
                     code.push_str(ATTN_MERGE);
                 }
                 code.push_str(src.body);
+                if self.fused_attention {
+                    code = code.replace("/*COHERENT*/", "@coherent");
+                }
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(&format!("{k:?}")),
                     source: wgpu::ShaderSource::Wgsl(code.into()),
