@@ -48,6 +48,23 @@ pub struct LoadOptions {
     pub quantize: crate::model::hf::Quantize,
 }
 
+impl LoadOptions {
+    /// Refuse bad options before anything is read or uploaded.
+    fn validate(&self) -> Result<()> {
+        if self.max_batch == 0 {
+            return Err(Error::InvalidOption("max batch must be at least 1".into()));
+        }
+        let most = crate::model::forward::MAX_ATTENTION_SPLITS * 64;
+        match self.context_length {
+            Some(0) => Err(Error::InvalidOption("context length must be at least 1".into())),
+            Some(c) if c > most => Err(Error::InvalidOption(format!(
+                "context length {c} is more than {most} tokens, the most decode attention merges"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions { context_length: None, max_batch: 256, quantize: Default::default() }
@@ -160,9 +177,7 @@ impl Runtime {
 impl Engine {
     /// Load a GGUF model from a byte source onto a fresh GPU device.
     pub async fn load(src: &dyn AsyncSource, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
-        if opts.max_batch == 0 {
-            return Err(Error::InvalidOption("max batch must be at least 1".into()));
-        }
+        opts.validate()?;
         let gguf = read_gguf_header(src).await?;
         let mut cfg = ModelConfig::from_gguf(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
@@ -207,9 +222,7 @@ impl Engine {
     {
         use crate::model::hf::HfModel;
         use crate::model::hf_config::TokenizerConfig;
-        if opts.max_batch == 0 {
-            return Err(Error::InvalidOption("max batch must be at least 1".into()));
-        }
+        opts.validate()?;
         // Everything that can be checked without weights first: config (inside HfModel::open,
         // before any weight file is opened), tokenizer, chat template.
         crate::model::ModelConfig::from_hf(&crate::model::hf_config::HfConfig::from_json(&files.config)?)?;

@@ -59,22 +59,25 @@ fn oversized_matrices_are_refused_before_download() {
 }
 
 #[test]
-fn contexts_past_the_attention_merge_are_refused() {
+fn contexts_past_the_attention_merge_are_refused_before_loading() {
     let mut shape = synth::shape("smollm2-135m").unwrap();
     shape.vocab = 512;
     let opts = SynthOptions { shape, ty: GgmlType::Q4_0, seed: 1, layers: Some(1), sparse: false };
     let model = common::SynthModel::write("limits-ctx", &opts);
-    let src = FileSource::open(&model.path).unwrap();
+    let inner = FileSource::open(&model.path).unwrap();
+    let data_offset = GgufFile::read(&inner).unwrap().data_offset;
+    let src = Counting { inner, data_offset, weight_bytes: AtomicU64::new(0) };
     let max = ferrolm::model::forward::MAX_ATTENTION_SPLITS * 64;
     let load = |n: usize| {
         let opts = LoadOptions { context_length: Some(n), ..Default::default() };
         block_on(Engine::load(&src, &opts, &mut |_, _, _| {}))
     };
     match load(max + 1) {
-        Err(Error::Limits(msg)) => assert!(msg.contains("attention splits"), "{msg}"),
-        Err(e) => panic!("expected a limits error, got {e}"),
+        Err(Error::InvalidOption(msg)) => assert!(msg.contains("decode attention merges"), "{msg}"),
+        Err(e) => panic!("expected an invalid-option error, got {e}"),
         Ok(_) => panic!("a {}-token context was accepted", max + 1),
     }
+    assert_eq!(src.weight_bytes.load(Ordering::Relaxed), 0, "weights were read before the refusal");
     // The largest context it merges loads and decodes.
     let mut engine = load(max).unwrap();
     let opts = ferrolm::engine::GenerateOptions { max_tokens: 2, ..Default::default() };

@@ -140,7 +140,7 @@ impl Buffers {
         };
         let (h, qd, kvd, ff) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.ffn as u64);
         if context.div_ceil(64) > MAX_ATTENTION_SPLITS {
-            return Err(Error::Limits(format!(
+            return Err(Error::InvalidOption(format!(
                 "a {context}-token context has {} attention splits of 64 positions; decode attention merges at most {MAX_ATTENTION_SPLITS} ({} tokens)",
                 context.div_ceil(64),
                 MAX_ATTENTION_SPLITS * 64
