@@ -29,6 +29,14 @@ impl L {
         };
         [("LAYOUT", id as f64), ("QBLOCK", b as f64), ("META16", matches!(self, L::Q4h | L::Q8h(_)) as u32 as f64)]
     }
+
+    /// Override constants of a kernel over an n x k matrix of this layout, then `more`.
+    fn matrix_consts(self, k: usize, n: usize, more: &[(&'static str, f64)]) -> Vec<(&'static str, f64)> {
+        let mut c = self.consts().to_vec();
+        c.extend([("K", k as f64), ("N", n as f64)]);
+        c.extend_from_slice(more);
+        c
+    }
 }
 
 const ALL: [L; 9] = [L::F32, L::F16, L::BF16, L::Q4, L::Q8(16), L::Q8(32), L::Q4h, L::Q8h(16), L::Q8h(32)];
@@ -151,35 +159,28 @@ fn check_linear(
     // Bias sits at offset 3 of the vecs buffer, as it would after a layer's norm weights.
     let vecs: Vec<f32> = [vec![9.0; 3], bias.clone()].concat();
     let vb = buf_f32(g, &vecs);
-    let [c0, c1, c2] = l.consts();
     let (consts, grid): (Vec<(&str, f64)>, [u32; 3]) = match kernel {
         Kernel::MatVec => (
-            vec![
-                c0,
-                c1,
-                c2,
-                ("K", k as f64),
-                ("N", n as f64),
-                ("EPI", accumulate as u32 as f64),
-                ("HAS_BIAS", with_bias as u32 as f64),
-                ("BIAS_OFF", 3.0),
-                // Integer activations: the whole row in one tile (KT defaults to 2048).
-                ("IDOT", idot as u32 as f64),
-                ("XB_LEN", 320.0),
-            ],
+            l.matrix_consts(
+                k,
+                n,
+                &[
+                    ("EPI", accumulate as u32 as f64),
+                    ("HAS_BIAS", with_bias as u32 as f64),
+                    ("BIAS_OFF", 3.0),
+                    // Integer activations: the whole row in one tile (KT defaults to 2048).
+                    ("IDOT", idot as u32 as f64),
+                    ("XB_LEN", 320.0),
+                ],
+            ),
             [n.div_ceil(8) as u32, 1, 1],
         ),
         _ => (
-            vec![
-                c0,
-                c1,
-                c2,
-                ("K", k as f64),
-                ("N", n as f64),
-                ("ACCUMULATE", accumulate as u32 as f64),
-                ("HAS_BIAS", with_bias as u32 as f64),
-                ("BIAS_OFF", 3.0),
-            ],
+            l.matrix_consts(
+                k,
+                n,
+                &[("ACCUMULATE", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64), ("BIAS_OFF", 3.0)],
+            ),
             [n.div_ceil(MATMUL_TILE_N as usize) as u32, m.div_ceil(MATMUL_TILE_M as usize) as u32, 1],
         ),
     };
@@ -296,27 +297,25 @@ fn matvec_norm_and_glu() {
         };
         let ((wb, mb), xb, vb) = (matrix_bufs(&g, &words, &meta), buf_f32(&g, &x), buf_f32(&g, &vecs));
         let yb = poisoned(&g, want.len());
-        let [c0, c1, c2] = l.consts();
-        let consts = [
-            c0,
-            c1,
-            c2,
-            ("K", k as f64),
-            ("N", n as f64),
-            ("EPI", if glu { 2.0 } else { 0.0 }),
-            ("NORM", 1.0),
-            ("NW_OFF", 5.0),
-            ("HAS_BIAS", 1.0),
-            ("BIAS_OFF", (5 + k) as f64),
-            ("EPS", eps as f64),
-            // Four activation tiles: the norm's sum of squares spans them.
-            ("KT", 64.0),
-            ("XS_LEN", 18.0),
-            ("XB_LEN", 10.0),
-            ("IDOT", idot as u32 as f64),
-            ("WG", wg as f64),
-            ("S", slices as f64),
-        ];
+        let consts = l.matrix_consts(
+            k,
+            n,
+            &[
+                ("EPI", if glu { 2.0 } else { 0.0 }),
+                ("NORM", 1.0),
+                ("NW_OFF", 5.0),
+                ("HAS_BIAS", 1.0),
+                ("BIAS_OFF", (5 + k) as f64),
+                ("EPS", eps as f64),
+                // Four activation tiles: the norm's sum of squares spans them.
+                ("KT", 64.0),
+                ("XS_LEN", 18.0),
+                ("XB_LEN", 10.0),
+                ("IDOT", idot as u32 as f64),
+                ("WG", wg as f64),
+                ("S", slices as f64),
+            ],
+        );
         let per_wg = if glu { 2 } else { 4 } * wg / 32 / slices;
         let wgs = if glu { f } else { n }.div_ceil(per_wg);
         g.dispatch_once(
@@ -717,9 +716,7 @@ fn lm_head_argmax_picks_first_maximum() {
         let wgs = v.div_ceil(4 * wg / 32 / slices);
         let (wb, mb, xb, vb) = (buf_u32(&g, &words), buf_f32(&g, &[0.0; 4]), buf_f32(&g, &x), buf_f32(&g, &[0.0; 4]));
         let yb = poisoned(&g, v + 2 * wgs);
-        let [c0, c1, c2] = L::F32.consts();
-        let consts =
-            [c0, c1, c2, ("K", k as f64), ("N", v as f64), ("WG", wg as f64), ("S", slices as f64), ("ARGMAX", 1.0)];
+        let consts = L::F32.matrix_consts(k, v, &[("WG", wg as f64), ("S", slices as f64), ("ARGMAX", 1.0)]);
         g.dispatch_once(
             Kernel::MatVec,
             &consts,
@@ -854,21 +851,19 @@ fn split_kv_decode_attention() {
                     cpu_linear(&attn, &dense, 1, n, k, None, None)
                 };
                 let ((wb, mb), vb, yb) = (matrix_bufs(&g, &words, &meta), buf_f32(&g, &[0.0; 4]), poisoned(&g, n));
-                let [c0, c1, c2] = l.consts();
-                let consts = [
-                    c0,
-                    c1,
-                    c2,
-                    ("K", k as f64),
-                    ("N", n as f64),
-                    ("IDOT", idot as u32 as f64),
-                    ("XB_LEN", (5 * k / 32) as f64),
-                    ("MERGE", 1.0),
-                    ("MHD", hd as f64),
-                    ("MNH", nh as f64),
-                    ("MCAP", ctx.div_ceil(64) as f64),
-                    ("MW_LEN", (16 * nh) as f64),
-                ];
+                let consts = l.matrix_consts(
+                    k,
+                    n,
+                    &[
+                        ("IDOT", idot as u32 as f64),
+                        ("XB_LEN", (5 * k / 32) as f64),
+                        ("MERGE", 1.0),
+                        ("MHD", hd as f64),
+                        ("MNH", nh as f64),
+                        ("MCAP", ctx.div_ceil(64) as f64),
+                        ("MW_LEN", (16 * nh) as f64),
+                    ],
+                );
                 let bufs = [(0, &wb), (1, &mb), (2, &part), (3, &yb), (4, &vb)];
                 g.dispatch_once(Kernel::MatVec, &consts, &bufs, [1, pos as u32, 0, 0], [n.div_ceil(8) as u32, 1, 1])
                     .unwrap();
