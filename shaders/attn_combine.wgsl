@@ -20,5 +20,6 @@ const WG: u32 = 256u;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    merge_head(wg.x, tid, merge_splits());
+    // The decode step wrote splits 0 .. n - 1 of every head (64 positions each).
+    merge_head(wg.x, tid, (step.pos0 + CH) / CH);
 }

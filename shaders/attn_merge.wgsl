@@ -55,11 +55,6 @@ fn weighted(s: u32, n_splits: u32, v: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(0.0);
 }
 
-// Decode steps write splits 0 .. n_splits - 1 of every head (64 positions each).
-fn merge_splits() -> u32 {
-    return (step.pos0 + CH) / CH;
-}
-
 // Merge head h's first n_splits splits (uniform).
 fn merge_head(h: u32, tid: u32, n_splits: u32) {
     // In vec4s: acc[HD], then (max, sum, 2 pad).

@@ -54,7 +54,7 @@ impl LoadOptions {
         if self.max_batch == 0 {
             return Err(Error::InvalidOption("max batch must be at least 1".into()));
         }
-        let most = crate::model::forward::MAX_ATTENTION_SPLITS * 64;
+        let most = crate::model::forward::MAX_CONTEXT;
         match self.context_length {
             Some(0) => Err(Error::InvalidOption("context length must be at least 1".into())),
             Some(c) if c > most => Err(Error::InvalidOption(format!(
@@ -337,7 +337,7 @@ impl Engine {
         // it either). A prompt that fits keeps the context, and generation stops at its end.
         // Never past what decode attention can merge: a prompt that fits below that limit grows
         // the context to it, and a longer one gets ContextOverflow below.
-        let most = crate::model::forward::MAX_ATTENTION_SPLITS * 64;
+        let most = crate::model::forward::MAX_CONTEXT;
         if prompt.len() >= self.rt.context && !self.rt.context_fixed && prompt.len() < most {
             self.rt.grow_context((prompt.len() + opts.max_tokens.clamp(1, 4096)).min(most))?;
         }

@@ -67,7 +67,7 @@ fn contexts_past_the_attention_merge_are_refused_before_loading() {
     let inner = FileSource::open(&model.path).unwrap();
     let data_offset = GgufFile::read(&inner).unwrap().data_offset;
     let src = Counting { inner, data_offset, weight_bytes: AtomicU64::new(0) };
-    let max = ferrolm::model::forward::MAX_ATTENTION_SPLITS * 64;
+    let max = ferrolm::model::forward::MAX_CONTEXT;
     let load = |n: usize| {
         let opts = LoadOptions { context_length: Some(n), ..Default::default() };
         block_on(Engine::load(&src, &opts, &mut |_, _, _| {}))

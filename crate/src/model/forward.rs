@@ -58,6 +58,8 @@ pub const MATMUL_TILE_M: u32 = 64;
 /// Decode attention merges its 64-position splits with one weight each in workgroup memory
 /// (attn_merge.wgsl): 8 KiB at this many, inside WebGPU's 16 KiB beside the kernel's other arrays.
 pub const MAX_ATTENTION_SPLITS: usize = 2048;
+/// The longest context, in tokens, those splits cover.
+pub const MAX_CONTEXT: usize = MAX_ATTENTION_SPLITS * 64;
 
 /// Decode steps merge the split attention (64 positions a split) inside the output projection
 /// (rowdot.wgsl MERGE) while every workgroup of it reads at most this many partial values
@@ -143,7 +145,7 @@ impl Buffers {
             return Err(Error::InvalidOption(format!(
                 "a {context}-token context has {} attention splits of 64 positions; decode attention merges at most {MAX_ATTENTION_SPLITS} ({} tokens)",
                 context.div_ceil(64),
-                MAX_ATTENTION_SPLITS * 64
+                MAX_CONTEXT
             )));
         }
         let kv_cap: Vec<usize> = (0..cfg.n_layers)
