@@ -13,11 +13,13 @@
 //!
 //! * `--shape`: one of [`SHAPES`] (`smollm2-135m`, `llama-3.2-1b`, `qwen2.5-0.5b`, `phi-3-mini`,
 //!   `llama-3.1-8b`).
-//! * `--type`: `q4_0`, `q8_0`, `q4_k` or `f16`. Every matrix (embeddings and output included) gets
-//!   that type; norms, biases and `rope_freqs` are F32. For `q4_k`, a matrix whose input dimension
-//!   is not a multiple of 256 (hidden 576 and 896 of SmolLM2 and Qwen2.5) is stored as Q8_0:
-//!   llama.cpp's quantizer falls back too (to Q5_0, which ferrolm does not run, hence Q8_0). The
-//!   file's `general.name` and `general.description` say so.
+//! * `--type`: one of [`TYPES`] (`f16`, `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q2_k` ... `q6_k`,
+//!   `iq4_nl`, `iq4_xs`, `mxfp4`, `tq1_0`, `tq2_0`). Every matrix (embeddings and output included)
+//!   gets that type; norms, biases and `rope_freqs` are F32. A matrix whose input dimension is not
+//!   a multiple of a 256-element type's block (hidden 576 and 896 of SmolLM2 and Qwen2.5) gets
+//!   the type llama.cpp's quantizer falls back to ([`matrix_type`]: Q4_K to Q5_0, Q5_K to Q5_1,
+//!   Q6_K to Q8_0, Q2_K/Q3_K/IQ4_XS to IQ4_NL, TQ1_0/TQ2_0 to Q4_0). The file's `general.name`
+//!   and `general.description` say so.
 //! * `--layers N`: keep only the first N blocks (a quick, smaller file of the same widths).
 //! * `--seed S`: the data is a function of the seed (and the shape and type) only.
 //! * `--tokenizer-from GGUF`: the vocabulary is borrowed from this file (default: `$FERROLM_MODEL`
@@ -29,8 +31,8 @@
 //!
 //! Values: quant blocks are random bits under a small constant scale (Q4_0 d = 0.002, Q8_0
 //! d = 0.000125, Q4_K d = 0.002 with every sub-block scale and min 1 and dmin = 8d, so Q4_K
-//! decodes like Q4_0), i.e. weights uniform with a standard deviation near 0.009, which keeps
-//! activations bounded through many layers. Norm weights are 1, biases 0. Random bytes come from
+//! decodes like Q4_0; the other types alike, see `template`), i.e. weights with a standard
+//! deviation near 0.009, which keeps activations bounded through many layers. Norm weights are 1, biases 0. Random bytes come from
 //! xoshiro256** on a second thread while the first writes, so generation runs at about disk speed.
 
 use crate::error::{Error, Result};
@@ -201,35 +203,62 @@ pub fn shape_names() -> Vec<&'static str> {
     SHAPES.iter().map(|s| s.name).collect()
 }
 
-/// Parses `q4_0`, `q8_0`, `q4_k`, `f16` (any case).
+/// The types `--type` takes, as llama.cpp names them (any case; `q4_k_s` and friends too).
+pub const TYPES: [GgmlType; 16] = {
+    use GgmlType::*;
+    [F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0]
+};
+
+/// Parses a `--type` value: a name of [`TYPES`], or a K-quant preset name (`q4_k_s`, `q3_k_m`:
+/// the suffix only says how llama.cpp mixes types, and every matrix here gets the base type).
 pub fn parse_type(s: &str) -> Result<GgmlType> {
-    match s.to_ascii_lowercase().as_str() {
-        "q4_0" => Ok(GgmlType::Q4_0),
-        "q8_0" => Ok(GgmlType::Q8_0),
-        "q4_k" | "q4_k_s" => Ok(GgmlType::Q4_K),
-        "f16" => Ok(GgmlType::F16),
-        _ => Err(Error::InvalidOption(format!("--type {s:?}: expected q4_0, q8_0, q4_k or f16"))),
-    }
+    let lower = s.to_ascii_lowercase();
+    let base = ["_s", "_m", "_l"].iter().find_map(|x| lower.strip_suffix(x).filter(|b| b.ends_with("_k")));
+    GgmlType::from_name(base.unwrap_or(&lower)).filter(|t| TYPES.contains(t)).ok_or_else(|| {
+        let names: Vec<String> = TYPES.iter().map(|t| t.name().to_ascii_lowercase()).collect();
+        Error::InvalidOption(format!("--type {s:?}: expected one of {}", names.join(", ")))
+    })
 }
 
-/// llama.cpp's `llama_ftype` for an all-`ty` file.
+/// llama.cpp's `llama_ftype` for an all-`ty` file (the `_S` preset for K-quants; MXFP4 has
+/// only its MoE preset).
 fn file_type(ty: GgmlType) -> u32 {
+    use GgmlType::*;
     match ty {
-        GgmlType::F16 => 1,
-        GgmlType::Q4_0 => 2,
-        GgmlType::Q8_0 => 7,
-        GgmlType::Q4_K => 14, // MOSTLY_Q4_K_S: (nearly) every matrix Q4_K
+        F16 => 1,
+        Q4_0 => 2,
+        Q4_1 => 3,
+        Q8_0 => 7,
+        Q5_0 => 8,
+        Q5_1 => 9,
+        Q2_K => 10,
+        Q3_K => 11,
+        Q4_K => 14,
+        Q5_K => 16,
+        Q6_K => 18,
+        IQ4_NL => 25,
+        IQ4_XS => 30,
+        TQ1_0 => 36,
+        TQ2_0 => 37,
+        MXFP4 => 38,
         _ => 0,
     }
 }
 
-/// The type a matrix with input dimension `ne0` gets: `ty`, or Q8_0 when `ne0` is not a whole
-/// number of `ty` blocks (only possible for K-quants, 256 per block).
+/// The type a matrix with input dimension `ne0` gets: `ty`, or, when `ne0` is not a whole number
+/// of `ty`'s 256-element blocks, the type llama.cpp's quantizer falls back to
+/// (`llama_tensor_get_type`): the fallbacks real K-quant files of narrow models hold.
 pub fn matrix_type(ty: GgmlType, ne0: u64) -> GgmlType {
+    use GgmlType::*;
     if ne0.is_multiple_of(ty.block_size()) {
-        ty
-    } else {
-        GgmlType::Q8_0
+        return ty;
+    }
+    match ty {
+        TQ1_0 | TQ2_0 => Q4_0,
+        Q2_K | Q3_K | IQ4_XS => IQ4_NL,
+        Q4_K => Q5_0,
+        Q5_K => Q5_1,
+        _ => Q8_0,
     }
 }
 
@@ -419,7 +448,7 @@ pub struct SynthReport {
     pub bytes: u64,
     pub tensors: usize,
     pub seconds: f64,
-    /// Matrices stored as Q8_0 instead of the requested K-quant.
+    /// Matrices stored in llama.cpp's fallback type instead of the requested one (`matrix_type`).
     pub fallback: Vec<String>,
 }
 
@@ -448,12 +477,13 @@ pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWr
         "Random weights in the shape of {} ({} layers), every matrix {}, seed {}: for speed benchmarks only; the output is noise.",
         opts.shape.name, shape.layers, ty.name(), opts.seed
     );
-    if !fallback.is_empty() {
-        name += ", Q8_0 where the input dim is not a multiple of 256";
+    if let Some(f) = fallback.first() {
+        name += &format!(", {} where the input dim is not a multiple of 256", f.ty.name());
         desc += &format!(
-            " {} matrices whose input dimension is not a multiple of {} are Q8_0 instead.",
+            " {} matrices whose input dimension is not a multiple of {} are {} instead, as llama.cpp falls back.",
             fallback.len(),
-            ty.block_size()
+            ty.block_size(),
+            f.ty.name()
         );
     }
     let a = shape.arch;
@@ -497,31 +527,47 @@ pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWr
 /// Bytes of one block: constant scale fields, random quants.
 struct BlockTemplate {
     size: usize,
-    /// The constant bytes at the start of each block (the scales).
-    head: Vec<u8>,
+    /// (offset in the block, bytes) of each constant field (the scales).
+    fields: Vec<(usize, Vec<u8>)>,
 }
 
 fn f16_bytes(x: f32) -> [u8; 2] {
     half::f16::from_f32(x).to_le_bytes()
 }
 
+fn f16_pair(a: f32, b: f32) -> Vec<u8> {
+    [f16_bytes(a), f16_bytes(b)].concat()
+}
+
+/// Scales chosen so every type's weights spread like Q4_0's (standard deviation near 0.009).
 fn template(ty: GgmlType) -> Option<BlockTemplate> {
-    let head = match ty {
-        GgmlType::Q4_0 => f16_bytes(0.002).to_vec(),
-        GgmlType::Q8_0 => f16_bytes(0.000125).to_vec(),
-        GgmlType::Q4_K => {
-            // d, dmin = 8d, then 12 scale bytes that give every sub-block scale 1 and min 1
-            // (get_scale_min_k4: j < 4 reads bytes j and j+4; j >= 4 the low/high nibbles of
-            // byte j+4 and the top bits of bytes j-4 and j), so a weight is d * (q - 8).
-            let mut h = Vec::new();
-            h.extend_from_slice(&f16_bytes(0.002));
-            h.extend_from_slice(&f16_bytes(0.016));
-            h.extend_from_slice(&[1, 1, 1, 1, 1, 1, 1, 1, 0x11, 0x11, 0x11, 0x11]);
-            h
-        }
+    use GgmlType::*;
+    // K-quant sub-block (scale, min) of 1 each (get_scale_min_k4: j < 4 reads bytes j and j+4;
+    // j >= 4 the nibbles of byte j+4 and the top bits of bytes j-4 and j).
+    let k4_scales = [1, 1, 1, 1, 1, 1, 1, 1, 0x11, 0x11, 0x11, 0x11];
+    let fields: Vec<(usize, Vec<u8>)> = match ty {
+        Q4_0 => vec![(0, f16_bytes(0.002).to_vec())],
+        Q4_1 => vec![(0, f16_pair(0.002, -0.016))],
+        Q5_0 => vec![(0, f16_bytes(0.001).to_vec())],
+        Q5_1 => vec![(0, f16_pair(0.001, -0.016))],
+        Q8_0 => vec![(0, f16_bytes(0.000125).to_vec())],
+        // d, dmin = 8d: a weight is d * (q - 8), like Q4_0.
+        Q4_K => vec![(0, [f16_pair(0.002, 0.016), k4_scales.to_vec()].concat())],
+        Q5_K => vec![(0, [f16_pair(0.001, 0.016), k4_scales.to_vec()].concat())],
+        // Sixteen (scale 1, min 1) nibble pairs; d * q - dmin with q in 0..3.
+        Q2_K => vec![(0, vec![0x11; 16]), (80, f16_pair(0.006, 0.009))],
+        // Sixteen 6-bit scales of 33 (32 + 1): low nibbles 1, top bit pairs 2.
+        Q3_K => vec![(96, [[0x11; 8].as_slice(), &[0xAA; 4]].concat()), (108, f16_bytes(0.0025).to_vec())],
+        Q6_K => vec![(192, vec![1; 16]), (208, f16_bytes(0.0003).to_vec())],
+        IQ4_NL => vec![(0, f16_bytes(0.00014).to_vec())],
+        // Eight 6-bit sub-block scales of 33, as for Q3_K.
+        IQ4_XS => vec![(0, [f16_bytes(0.00014).as_slice(), &[0xAA, 0xAA], &[0x11; 4]].concat())],
+        MXFP4 => vec![(0, vec![119])], // 2^(119 - 128) times the doubled E2M1 values
+        TQ1_0 => vec![(52, f16_bytes(0.008).to_vec())],
+        TQ2_0 => vec![(64, f16_bytes(0.008).to_vec())],
         _ => return None,
     };
-    Some(BlockTemplate { size: ty.type_size() as usize, head })
+    Some(BlockTemplate { size: ty.type_size() as usize, fields })
 }
 
 fn fill_random(rng: &mut Rng, buf: &mut [u8]) {
@@ -569,7 +615,13 @@ fn fill_chunk(t: &SynthTensor, rng: &mut Rng, offset_elems: u64, buf: &mut [u8])
                 ty => {
                     let tpl = template(ty).expect("matrix types have templates");
                     for b in buf.chunks_exact_mut(tpl.size) {
-                        b[..tpl.head.len()].copy_from_slice(&tpl.head);
+                        if ty == GgmlType::TQ2_0 {
+                            // Ternary: quant 3 (weight 2d) never occurs in real files; make it 1 (0).
+                            b[..64].iter_mut().for_each(|x| *x &= !((*x & (*x >> 1) & 0x55) << 1));
+                        }
+                        for (off, bytes) in &tpl.fields {
+                            b[*off..off + bytes.len()].copy_from_slice(bytes);
+                        }
                     }
                 }
             }

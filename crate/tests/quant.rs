@@ -6,17 +6,10 @@ use ferrolm::weights::quant::{dequantize, quantize, random_blocks, GgmlType, Spl
 use ferrolm::Error;
 use std::path::PathBuf;
 
-const SUPPORTED: [GgmlType; 9] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+const SUPPORTED: [GgmlType; 18] = {
+    use GgmlType::*;
+    [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0]
+};
 
 fn seed() -> u64 {
     let s = match std::env::var("FERROLM_SEED") {
@@ -46,6 +39,21 @@ fn ty_of(fx: &serde_json::Value) -> GgmlType {
     let ty = GgmlType::from_u32(fx["type_id"].as_u64().unwrap() as u32).unwrap();
     assert_eq!(ty.name(), fx["type"].as_str().unwrap());
     ty
+}
+
+#[test]
+fn type_table_is_consistent() {
+    let supported: Vec<GgmlType> = GgmlType::all().filter(|t| t.is_supported()).collect();
+    let mut want = SUPPORTED.to_vec();
+    want.sort_by_key(|t| t.id());
+    assert_eq!(supported, want);
+    for t in GgmlType::all() {
+        assert_eq!(GgmlType::from_u32(t.id()), Some(t));
+        assert_eq!(GgmlType::from_name(&t.name().to_ascii_lowercase()), Some(t));
+        assert_eq!(Layout::for_type(t).is_some(), t.is_supported(), "{}", t.name());
+        assert_eq!(t.unsupported_hint().is_empty(), t.is_supported(), "{}", t.name());
+    }
+    assert_eq!(GgmlType::from_u32(4), None);
 }
 
 #[test]
@@ -122,10 +130,10 @@ fn check_pack(ty: GgmlType, rows: usize, cols: usize, rng: &mut SplitMix64) -> u
     for r in [0, rows - 1] {
         assert_eq!(p.row(r), got[r * cols..(r + 1) * cols].to_vec());
     }
-    // f16 metadata: taken exactly when the block scales are f16 (Q4_0, Q4_1, Q8_0), and then it
+    // f16 metadata: taken exactly when the block scales are f16 (`f16_scales`), and then it
     // holds the very same (scale, offset) bits.
     let m16 = p.meta_f16();
-    let want_m16 = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+    let want_m16 = ty.f16_scales();
     if want_m16 || m16.is_some() {
         let m16 = m16.unwrap_or_else(|| panic!("{}: no exact f16 metadata", ty.name()));
         assert_eq!(m16.len() * 2, p.meta.len());
@@ -201,7 +209,7 @@ fn bad_inputs_are_errors() {
     assert!(is_quant(pack(GgmlType::Q4_0, 3, 64, &raw)));
     assert!(is_quant(pack(GgmlType::Q4_0, 4, 16, &raw)), "cols not a multiple of 32");
     assert!(is_quant(pack(GgmlType::Q4_K, 1, 128, &[0u8; 72])), "cols not a multiple of 256");
-    assert!(is_quant(pack(GgmlType::Q5_0, 1, 32, &[0u8; 22])), "unsupported type");
+    assert!(is_quant(pack(GgmlType::IQ2_XXS, 1, 256, &[0u8; 66])), "unsupported type");
     assert!(is_quant(pack(GgmlType::F32, usize::MAX, 2, &[])), "overflow");
     let msg = pack(GgmlType::Q4_0, 4, 16, &raw).unwrap_err().to_string();
     assert!(msg.contains("Q4_0") && msg.contains("16"), "{msg}");
@@ -209,7 +217,8 @@ fn bad_inputs_are_errors() {
     let mut out = vec![0f32; 32];
     assert!(is_quant(dequantize(GgmlType::Q8_0, &[0u8; 33], &mut out)));
     assert!(is_quant(dequantize(GgmlType::Q8_0, &[0u8; 34], &mut out[..31])));
-    assert!(is_quant(dequantize(GgmlType::Q5_0, &[0u8; 22], &mut out)));
+    assert!(is_quant(dequantize(GgmlType::IQ4_NL, &[0u8; 17], &mut out)));
+    assert!(is_quant(dequantize(GgmlType::IQ3_S, &[0u8; 110], &mut vec![0f32; 256])));
     assert!(is_quant(dequantize(GgmlType::Q8_K, &[0u8; 292], &mut vec![0f32; 256])));
     assert!(is_quant(quantize(GgmlType::Q4_0, &[0.0; 31])));
     assert!(is_quant(quantize(GgmlType::Q4_K, &[0.0; 256])));

@@ -59,8 +59,9 @@ fn check_tensors(g: &GgufFile, shape: &Shape, ty: GgmlType) {
     for t in &g.tensors {
         if t.name.ends_with("norm.weight") || t.name.ends_with(".bias") || t.name.starts_with("rope_freqs") {
             assert_eq!(t.ty, GgmlType::F32, "{}", t.name);
-        } else if ty == GgmlType::Q4_K && t.dims[0] % 256 != 0 {
-            assert_eq!(t.ty, GgmlType::Q8_0, "{}", t.name);
+        } else if t.dims[0] % ty.block_size() != 0 {
+            assert_eq!(t.ty, synth::matrix_type(ty, t.dims[0]), "{}", t.name);
+            assert!(t.dims[0] % t.ty.block_size() == 0, "{}", t.name);
         } else {
             assert_eq!(t.ty, ty, "{}", t.name);
         }
@@ -128,7 +129,7 @@ fn real_shapes_header() {
                 g.get_str("general.name").unwrap().unwrap(),
                 g.get_str("general.description").unwrap().unwrap()
             );
-            assert_eq!(note.contains("Q8_0"), ty == GgmlType::Q4_K && shape.hidden % 256 != 0, "{note}");
+            assert_eq!(note.contains("Q5_0"), ty == GgmlType::Q4_K && shape.hidden % 256 != 0, "{note}");
             if ty == GgmlType::Q4_0 {
                 check_vocab(&g, shape.vocab);
             }
@@ -184,7 +185,7 @@ fn random_data_small_shape() {
         fused: false,
         llama3_rope: synth::shape("llama-3.2-1b").unwrap().llama3_rope,
     };
-    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+    for ty in synth::TYPES {
         let opts = SynthOptions { shape: shape.clone(), ty, seed: 42, layers: None, sparse: false };
         let (path, g) = write(&opts, &tok, &format!("tiny-{}.gguf", ty.name()));
         check_tensors(&g, &shape, ty);
@@ -231,7 +232,10 @@ fn bad_options() {
     let shape = synth::shape("smollm2-135m").unwrap();
     let opts = SynthOptions { shape, ty: GgmlType::Q4_0, seed: 0, layers: Some(31), sparse: true };
     assert!(synth::build_writer(&opts, &tok).is_err());
-    assert!(synth::parse_type("q5_1").is_err());
+    assert!(synth::parse_type("iq2_xxs").is_err());
+    assert!(synth::parse_type("q4_0_m").is_err());
+    assert_eq!(synth::parse_type("q3_k_m").unwrap(), GgmlType::Q3_K);
+    assert_eq!(synth::parse_type("IQ4_xs").unwrap(), GgmlType::IQ4_XS);
     assert!(synth::shape("gpt-5").is_none());
     assert_eq!(synth::parse_type("Q4_K").unwrap(), GgmlType::Q4_K);
 }

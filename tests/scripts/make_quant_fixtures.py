@@ -36,6 +36,21 @@ QUANT_TYPES = [
     (T.Q6_K, 4, [208]),
 ]
 
+# Types added later, drawn from their own generator so the files above stay byte-identical.
+# MXFP4's scale is an E8M0 byte, set in `random_blocks`.
+SEED_LATER = 20261126
+LATER_TYPES = [
+    (T.Q5_0, 8, [0]),
+    (T.Q5_1, 8, [0, 2]),
+    (T.Q2_K, 4, [80, 82]),
+    (T.Q3_K, 4, [108]),
+    (T.IQ4_NL, 8, [0]),
+    (T.IQ4_XS, 4, [0]),
+    (T.MXFP4, 8, []),
+    (T.TQ1_0, 4, [52]),
+    (T.TQ2_0, 4, [64]),
+]
+
 
 def write(name, obj):
     with open(os.path.join(OUT, name), "w") as f:
@@ -58,6 +73,11 @@ def random_blocks(rng, ty, n_blocks, f16_fields):
             elif k == 0 and b == 2:
                 v = 37.5
             raw[b, off:off + 2] = np.array([v], dtype=np.float16).view(np.uint8)
+    if ty == T.MXFP4:
+        # E8M0 exponents: the two subnormal encodings (0, 1), 127 (scale 2^-1), 250 (2^122), and
+        # weight-like ones near 2^-8.
+        raw[:4, 0] = [0, 1, 127, 250]
+        raw[4:, 0] = rng.integers(112, 124, size=n_blocks - 4)
     return raw.reshape(-1)
 
 
@@ -81,6 +101,14 @@ def main():
 
     for ty, n_blocks, fields in QUANT_TYPES:
         raw = random_blocks(rng, ty, n_blocks, fields)
+        out = quants.dequantize(raw, ty).astype(np.float32).reshape(-1)
+        assert np.all(np.isfinite(out)), ty.name
+        write(f"{ty.name}.json", {"type": ty.name, "type_id": int(ty), "n_elements": int(out.size),
+                                  "raw_hex": raw.tobytes().hex(), "expected_hex": out.tobytes().hex()})
+
+    later = np.random.default_rng(SEED_LATER)
+    for ty, n_blocks, fields in LATER_TYPES:
+        raw = random_blocks(later, ty, n_blocks, fields)
         out = quants.dequantize(raw, ty).astype(np.float32).reshape(-1)
         assert np.all(np.isfinite(out)), ty.name
         write(f"{ty.name}.json", {"type": ty.name, "type_id": int(ty), "n_elements": int(out.size),

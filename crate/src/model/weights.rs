@@ -54,7 +54,7 @@ impl GpuMatrix {
 impl GpuMatrix {
     /// An empty matrix that `write_rows` fills chunk by chunk (embedding, LM head: never whole in
     /// memory, in GGUF files or HF folders alike). `meta16`: the blocks' scales are f16 (Q4_0,
-    /// Q4_1, Q8_0), so the metadata goes to the GPU as f16 pairs (`Packed::meta_f16`).
+    /// Q4_1, Q8_0, ...: `GgmlType::f16_scales`), so the metadata goes to the GPU as f16 pairs.
     pub(crate) fn alloc_streamed(
         gpu: &Gpu,
         label: &str,
@@ -307,10 +307,7 @@ impl GgufLoader<'_> {
             return Err(Error::Model(format!("tensor {name} has shape {got:?}, expected {want:?}")));
         }
         if !t.ty.is_supported() {
-            return Err(Error::Unsupported(format!(
-                "tensor {name} has type {}, which ferrolm cannot run yet",
-                t.ty.name()
-            )));
+            return Err(unsupported_type(&t));
         }
         Ok(t)
     }
@@ -341,7 +338,7 @@ impl GgufLoader<'_> {
         let t = self.info(name, &[cols, rows])?;
         let layout =
             Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
-        let meta16 = matches!(t.ty, quant::GgmlType::Q4_0 | quant::GgmlType::Q4_1 | quant::GgmlType::Q8_0);
+        let meta16 = t.ty.f16_scales();
         let m = GpuMatrix::alloc_streamed(self.gpu, name, layout, meta16, (rows, cols))?;
         let row_bytes = t.n_bytes / rows as u64;
         let chunk_rows = m.rows_per_write(row_bytes, CHUNK);
@@ -369,6 +366,15 @@ pub fn permute_vec(v: &[f32], perm: &[usize]) -> Vec<f32> {
     perm.iter().map(|&i| v[i]).collect()
 }
 
+fn unsupported_type(t: &TensorInfo) -> Error {
+    Error::Unsupported(format!(
+        "tensor {} has type {}, which ferrolm cannot run: {}",
+        t.name,
+        t.ty.name(),
+        t.ty.unsupported_hint()
+    ))
+}
+
 /// Before any weight is read: every tensor has a type we can run, and every GPU buffer the
 /// model needs (the fused [q; k; v] and [gate; up] matrices included) fits the adapter's
 /// binding and buffer limits. Returns the bytes the packed weights will take on the GPU.
@@ -378,9 +384,7 @@ pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
     // Buffer name -> (layouts of its parts, elements).
     let mut buffers: std::collections::HashMap<String, (Vec<Layout>, u64)> = std::collections::HashMap::new();
     for t in &gguf.tensors {
-        let layout = Layout::for_type(t.ty).filter(|_| t.ty.is_supported()).ok_or_else(|| {
-            Error::Unsupported(format!("tensor {} has type {}, which ferrolm cannot run yet", t.name, t.ty.name()))
-        })?;
+        let layout = Layout::for_type(t.ty).filter(|_| t.ty.is_supported()).ok_or_else(|| unsupported_type(t))?;
         total += layout.words_for(t.n_elements as usize) as u64 * 4
             + if layout.block() > 1 { 8 * t.n_elements / layout.block() as u64 } else { 0 };
         let part = |names: &[&str]| names.iter().any(|p| t.name.contains(p));

@@ -4,6 +4,8 @@
 //! on purpose: tests check that they agree element for element.
 //!
 //! Block layouts (little-endian, `QK_K` = 256):
+//! - Q2_K (84 bytes): scales: [u8; 16] (scale low nibble, min high), qs: [u8; 64], d: f16, dmin: f16
+//! - Q3_K (110 bytes): hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12] (sixteen 6-bit), d: f16
 //! - Q4_K (144 bytes): d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128]
 //! - Q5_K (176 bytes): d: f16, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]
 //! - Q6_K (210 bytes): ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16
@@ -21,6 +23,73 @@ pub fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
         (q[j] & 63, q[j + 4] & 63)
     } else {
         ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+pub(crate) fn dequantize_block_q2_k(b: &[u8], y: &mut [f32]) {
+    let scales = &b[0..16];
+    let mut q = &b[16..80];
+    let d = f16_le(b, 80);
+    let min = f16_le(b, 82);
+    let mut is = 0;
+    let mut y = &mut y[..];
+    for _ in (0..QK_K).step_by(128) {
+        let mut shift = 0;
+        for _ in 0..4 {
+            for part in 0..2 {
+                let sc = scales[is];
+                is += 1;
+                let dl = d * (sc & 0xF) as f32;
+                let ml = min * (sc >> 4) as f32;
+                for l in 0..16 {
+                    y[l] = dl * ((q[l + 16 * part] >> shift) & 3) as i8 as f32 - ml;
+                }
+                y = &mut y[16..];
+            }
+            shift += 2;
+        }
+        q = &q[32..];
+    }
+}
+
+/// Q3_K's sixteen 6-bit scales, unpacked as ggml's `kmask` shuffle does: scale i keeps its low
+/// nibble in byte i % 8 (low half for i < 8, high half after) and its top two bits in byte
+/// 8 + i % 4 (bit pair i / 4).
+fn q3_k_scales(packed: &[u8]) -> [i8; 16] {
+    std::array::from_fn(|i| {
+        let low = (packed[i % 8] >> (4 * (i / 8))) & 0xF;
+        let high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+        (low | (high << 4)) as i8 - 32
+    })
+}
+
+#[allow(clippy::needless_range_loop)] // ggml's loop, index for index
+pub(crate) fn dequantize_block_q3_k(b: &[u8], y: &mut [f32]) {
+    let hm = &b[0..32];
+    let mut q = &b[32..96];
+    let scales = q3_k_scales(&b[96..108]);
+    let d_all = f16_le(b, 108);
+    let mut m = 1u8;
+    let mut is = 0;
+    let mut y = &mut y[..];
+    for _ in (0..QK_K).step_by(128) {
+        let mut shift = 0;
+        for _ in 0..4 {
+            for part in 0..2 {
+                let dl = d_all * scales[is] as f32;
+                is += 1;
+                for l in 0..16 {
+                    let k = l + 16 * part;
+                    let low = ((q[k] >> shift) & 3) as i8;
+                    let x = low - if hm[k] & m != 0 { 0 } else { 4 };
+                    y[l] = dl * x as f32;
+                }
+                y = &mut y[16..];
+            }
+            shift += 2;
+            m <<= 1;
+        }
+        q = &q[32..];
     }
 }
 
@@ -146,6 +215,39 @@ pub(crate) fn decode_q4_k(b: &[u8]) -> Decoded<8> {
 
 pub(crate) fn decode_q5_k(b: &[u8]) -> Decoded<8> {
     decode_q45_k(b, Some(&b[16..48]), &b[48..176])
+}
+
+/// Q2_K: sixteen 16-element groups, quants 0..3, `offset = -(dmin * m)` as for Q4_K.
+pub(crate) fn decode_q2_k(b: &[u8]) -> Decoded<16> {
+    let d = f16_le(b, 80);
+    let dmin = f16_le(b, 82);
+    let mut out = Decoded { q: [0; QK_K], scale: [0.0; 16], offset: [0.0; 16] };
+    for (g, &sc) in b[..16].iter().enumerate() {
+        out.scale[g] = d * (sc & 0xF) as f32;
+        out.offset[g] = -(dmin * (sc >> 4) as f32);
+    }
+    // Element e = 128h + 32j + l takes bits 2j of qs[32h + l].
+    for (e, q) in out.q.iter_mut().enumerate() {
+        let (h, j, l) = (e / 128, (e / 32) % 4, e % 32);
+        *q = (b[16 + 32 * h + l] >> (2 * j)) & 3;
+    }
+    out
+}
+
+/// Q3_K: sixteen 16-element groups, signed quants -4..3 (the hmask bit set means no -4).
+pub(crate) fn decode_q3_k(b: &[u8]) -> Decoded<16> {
+    let d = f16_le(b, 108);
+    let mut out = Decoded { q: [0; QK_K], scale: [0.0; 16], offset: [-0.0; 16] };
+    for (g, sc) in q3_k_scales(&b[96..108]).into_iter().enumerate() {
+        out.scale[g] = d * sc as f32;
+    }
+    for (e, q) in out.q.iter_mut().enumerate() {
+        let (h, j, l) = (e / 128, (e / 32) % 4, e % 32);
+        let low = ((b[32 + 32 * h + l] >> (2 * j)) & 3) as i8;
+        let high = (b[l] >> (e / 32)) & 1;
+        *q = (low - 4 * (1 - high as i8)) as u8;
+    }
+    out
 }
 
 /// Q6_K: sixteen 16-element groups; `q` holds the signed quant (q - 32) as two's-complement bytes.

@@ -1,5 +1,6 @@
 //! Reading model files: byte sources, GGUF, quantized block formats and their GPU packing.
 
+pub mod codebook;
 pub mod gguf;
 pub mod gguf_write;
 pub mod kquants;

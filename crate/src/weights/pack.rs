@@ -19,15 +19,23 @@
 //!   `rows * cols` is odd the last word's high half is zero.
 //! - Types map as: Q4_0 -> Q4{32} (d, -8d); Q4_1 -> Q4{32} (d, m); Q4_K -> Q4{32} per sub-block
 //!   (d*sc, -(dmin*m)); Q8_0 -> Q8{32} (d, -0.0); Q5_K -> Q8{32} with quants 0..31 (d*sc, -(dmin*m));
-//!   Q6_K -> Q8{16} with quants q-32 (d*sc, -0.0).
+//!   Q6_K -> Q8{16} with quants q-32 (d*sc, -0.0); Q5_0 -> Q8{32} with quants q-16 (d, -0.0);
+//!   Q5_1 -> Q8{32} with quants 0..31 (d, m); Q2_K -> Q8{16} with quants 0..3 (d*sc, -(dmin*m));
+//!   Q3_K -> Q8{16} with quants -4..3 (d*(sc-32), -0.0); IQ4_NL, IQ4_XS, MXFP4 -> Q8{32} with
+//!   the table's values as quants (d, d*(ls-32) resp. 2^(e-128), -0.0); TQ1_0, TQ2_0 -> Q8{32}
+//!   with quants -1..1 (d, -0.0).
+//! - Memory: the Q8 layouts spend 8 bits a weight plus 32 (f16 pairs) or 64 bits a block, so
+//!   the low-bit types grow on the GPU: Q5_0/Q5_1/IQ4_NL 9 bits a weight (5.5-6 in the file),
+//!   IQ4_XS and MXFP4 10 (4.25), Q3_K and Q2_K 12 (3.4 and 2.6), TQ2_0 9 (2.06). Exactness was
+//!   worth more than a kernel per type; `check_gguf_fits` counts the packed size.
 //! - Exactness: every `scale * q` product is exact in f32 (an f16 significand times at most
 //!   6+5 bits of integers stays under 24 bits), so one rounding at most happens, in the add, and
 //!   fused or unfused multiply-add give the same result. Offsets of -0.0 (rather than +0.0) keep the
 //!   sign of zero products, as `d * q` has in ggml. The one inexact spot: Q4_0 at q = 8 with d < 0,
 //!   where ggml gives -0.0 and `d*8 + (-8d)` gives +0.0 — equal as numbers.
 
-use super::kquants;
 use super::quant::GgmlType;
+use super::{codebook, kquants};
 use crate::error::{Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -57,8 +65,16 @@ impl Layout {
             GgmlType::F16 => Layout::F16,
             GgmlType::BF16 => Layout::BF16,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => Layout::Q4 { block: 32 },
-            GgmlType::Q8_0 | GgmlType::Q5_K => Layout::Q8 { block: 32 },
-            GgmlType::Q6_K => Layout::Q8 { block: 16 },
+            GgmlType::Q8_0
+            | GgmlType::Q5_K
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::IQ4_NL
+            | GgmlType::IQ4_XS
+            | GgmlType::MXFP4
+            | GgmlType::TQ1_0
+            | GgmlType::TQ2_0 => Layout::Q8 { block: 32 },
+            GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::Q3_K => Layout::Q8 { block: 16 },
             _ => return None,
         })
     }
@@ -146,13 +162,51 @@ pub fn pack(ty: GgmlType, rows: usize, cols: usize, raw: &[u8]) -> Result<Packed
                 }
             }
         }
-        GgmlType::Q6_K => {
+        GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::Q3_K => {
             for b in blocks {
-                let dec = kquants::decode_q6_k(b);
+                let dec = match ty {
+                    GgmlType::Q6_K => kquants::decode_q6_k(b),
+                    GgmlType::Q2_K => kquants::decode_q2_k(b),
+                    _ => kquants::decode_q3_k(b),
+                };
                 for g in 0..16 {
                     p.meta.extend([dec.scale[g], dec.offset[g]]);
                 }
                 p.push_q8(&dec.q);
+            }
+        }
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let (q_off, m) = if ty == GgmlType::Q5_0 { (6, None) } else { (8, Some(2)) };
+            let mut q = [0u8; 32];
+            for b in blocks {
+                let qh = u32::from_le_bytes([b[q_off - 4], b[q_off - 3], b[q_off - 2], b[q_off - 1]]);
+                for j in 0..16 {
+                    let lo = b[q_off + j] & 0xF | (((qh >> j) & 1) << 4) as u8;
+                    let hi = b[q_off + j] >> 4 | (((qh >> (j + 16)) & 1) << 4) as u8;
+                    // Q5_0's quants are q - 16 (signed); Q5_1 keeps 0..31 and an offset.
+                    let shift = if m.is_none() { 16 } else { 0 };
+                    q[j] = (lo as i8 - shift) as u8;
+                    q[j + 16] = (hi as i8 - shift) as u8;
+                }
+                p.meta.extend([f16_le(b, 0), m.map_or(-0.0, |o| f16_le(b, o))]);
+                p.push_q8(&q);
+            }
+        }
+        GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+            for b in blocks {
+                let dec = if ty == GgmlType::IQ4_NL { codebook::decode_iq4_nl(b) } else { codebook::decode_mxfp4(b) };
+                p.meta.extend([dec.scale[0], -0.0]);
+                p.push_q8(bytemuck::cast_slice(&dec.q));
+            }
+        }
+        GgmlType::IQ4_XS | GgmlType::TQ1_0 | GgmlType::TQ2_0 => {
+            for b in blocks {
+                let dec = match ty {
+                    GgmlType::IQ4_XS => codebook::decode_iq4_xs(b),
+                    t => codebook::decode_ternary(b, t == GgmlType::TQ1_0),
+                };
+                dec.scale.iter().for_each(|&s| p.meta.extend([s, -0.0]));
+                p.push_q8(bytemuck::cast_slice(&dec.q));
             }
         }
         _ => unreachable!("Layout::for_type admitted {name}"),
@@ -201,8 +255,8 @@ impl Packed {
     }
 
     /// The (scale, offset) pairs as f16 pairs in one word each (scale in the low half), when
-    /// every value converts exactly (sign of zero included): Q4_0, Q4_1 and Q8_0 store f16
-    /// scales, so their pairs always do (short of a Q4_0 scale beyond 65504 / 8). K-quant
+    /// every value converts exactly (sign of zero included): the `GgmlType::f16_scales` types
+    /// store f16 scales, so their pairs always do (short of a Q4_0 scale beyond 65504 / 8). K-quant
     /// products do not, and keep f32 pairs. Decode kernels then read 4 bytes per block, not 8.
     pub fn meta_f16(&self) -> Option<Vec<u32>> {
         let exact = |v: f32| {

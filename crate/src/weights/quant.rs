@@ -2,9 +2,12 @@
 //! The CPU path is the oracle the GPU kernels are tested against, so it follows ggml-quants.c
 //! literally rather than cleverly.
 
-use super::kquants;
+use super::{codebook, kquants};
 use crate::error::{Error, Result};
 
+/// Every ggml type a GGUF file may hold. Each row of `TYPES` is the one place its on-disk id,
+/// name and block geometry are written; types without a dequantizer here are still known, so a
+/// file holding them parses and is refused with the type's name (see `unsupported_hint`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(non_camel_case_types)]
 pub enum GgmlType {
@@ -22,115 +25,154 @@ pub enum GgmlType {
     Q5_K,
     Q6_K,
     Q8_K,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ1_S,
+    IQ4_NL,
+    IQ3_S,
+    IQ2_S,
+    IQ4_XS,
+    I8,
+    I16,
+    I32,
+    I64,
+    F64,
+    IQ1_M,
     BF16,
+    TQ1_0,
+    TQ2_0,
+    MXFP4,
+    NVFP4,
 }
 
+/// (type, ggml id, name, elements per block, bytes per block), in declaration order.
+const TYPES: [(GgmlType, u32, &str, u64, u64); 33] = {
+    use GgmlType::*;
+    [
+        (F32, 0, "F32", 1, 4),
+        (F16, 1, "F16", 1, 2),
+        (Q4_0, 2, "Q4_0", 32, 18),
+        (Q4_1, 3, "Q4_1", 32, 20),
+        (Q5_0, 6, "Q5_0", 32, 22),
+        (Q5_1, 7, "Q5_1", 32, 24),
+        (Q8_0, 8, "Q8_0", 32, 34),
+        (Q8_1, 9, "Q8_1", 32, 36),
+        (Q2_K, 10, "Q2_K", 256, 84),
+        (Q3_K, 11, "Q3_K", 256, 110),
+        (Q4_K, 12, "Q4_K", 256, 144),
+        (Q5_K, 13, "Q5_K", 256, 176),
+        (Q6_K, 14, "Q6_K", 256, 210),
+        (Q8_K, 15, "Q8_K", 256, 292),
+        (IQ2_XXS, 16, "IQ2_XXS", 256, 66),
+        (IQ2_XS, 17, "IQ2_XS", 256, 74),
+        (IQ3_XXS, 18, "IQ3_XXS", 256, 98),
+        (IQ1_S, 19, "IQ1_S", 256, 50),
+        (IQ4_NL, 20, "IQ4_NL", 32, 18),
+        (IQ3_S, 21, "IQ3_S", 256, 110),
+        (IQ2_S, 22, "IQ2_S", 256, 82),
+        (IQ4_XS, 23, "IQ4_XS", 256, 136),
+        (I8, 24, "I8", 1, 1),
+        (I16, 25, "I16", 1, 2),
+        (I32, 26, "I32", 1, 4),
+        (I64, 27, "I64", 1, 8),
+        (F64, 28, "F64", 1, 8),
+        (IQ1_M, 29, "IQ1_M", 256, 56),
+        (BF16, 30, "BF16", 1, 2),
+        (TQ1_0, 34, "TQ1_0", 256, 54),
+        (TQ2_0, 35, "TQ2_0", 256, 66),
+        (MXFP4, 39, "MXFP4", 32, 17),
+        (NVFP4, 40, "NVFP4", 64, 36),
+    ]
+};
+
 impl GgmlType {
+    fn row(self) -> &'static (GgmlType, u32, &'static str, u64, u64) {
+        let r = &TYPES[self as usize];
+        debug_assert_eq!(r.0, self);
+        r
+    }
+
+    /// Every type, in id order.
+    pub fn all() -> impl Iterator<Item = GgmlType> {
+        TYPES.iter().map(|r| r.0)
+    }
+
     /// Maps the on-disk `ggml_type` id; `None` for ids we do not know (including the removed 4/5).
     pub fn from_u32(v: u32) -> Option<Self> {
-        Some(match v {
-            0 => Self::F32,
-            1 => Self::F16,
-            2 => Self::Q4_0,
-            3 => Self::Q4_1,
-            6 => Self::Q5_0,
-            7 => Self::Q5_1,
-            8 => Self::Q8_0,
-            9 => Self::Q8_1,
-            10 => Self::Q2_K,
-            11 => Self::Q3_K,
-            12 => Self::Q4_K,
-            13 => Self::Q5_K,
-            14 => Self::Q6_K,
-            15 => Self::Q8_K,
-            30 => Self::BF16,
-            _ => return None,
-        })
+        TYPES.iter().find(|r| r.1 == v).map(|r| r.0)
+    }
+
+    /// Parses a type name as llama.cpp writes it (`q4_k`, `IQ4_XS`, ...; any case).
+    pub fn from_name(s: &str) -> Option<Self> {
+        TYPES.iter().find(|r| r.2.eq_ignore_ascii_case(s)).map(|r| r.0)
     }
 
     pub fn id(self) -> u32 {
-        match self {
-            Self::F32 => 0,
-            Self::F16 => 1,
-            Self::Q4_0 => 2,
-            Self::Q4_1 => 3,
-            Self::Q5_0 => 6,
-            Self::Q5_1 => 7,
-            Self::Q8_0 => 8,
-            Self::Q8_1 => 9,
-            Self::Q2_K => 10,
-            Self::Q3_K => 11,
-            Self::Q4_K => 12,
-            Self::Q5_K => 13,
-            Self::Q6_K => 14,
-            Self::Q8_K => 15,
-            Self::BF16 => 30,
-        }
+        self.row().1
+    }
+
+    pub fn name(self) -> &'static str {
+        self.row().2
     }
 
     /// Elements per block.
     pub fn block_size(self) -> u64 {
-        match self {
-            Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 => 32,
-            Self::Q2_K | Self::Q3_K | Self::Q4_K | Self::Q5_K | Self::Q6_K | Self::Q8_K => 256,
-        }
+        self.row().3
     }
 
     /// Bytes per block.
     pub fn type_size(self) -> u64 {
-        match self {
-            Self::F32 => 4,
-            Self::F16 | Self::BF16 => 2,
-            Self::Q4_0 => 18,
-            Self::Q4_1 => 20,
-            Self::Q5_0 => 22,
-            Self::Q5_1 => 24,
-            Self::Q8_0 => 34,
-            Self::Q8_1 => 36,
-            Self::Q2_K => 84,
-            Self::Q3_K => 110,
-            Self::Q4_K => 144,
-            Self::Q5_K => 176,
-            Self::Q6_K => 210,
-            Self::Q8_K => 292,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "F32",
-            Self::F16 => "F16",
-            Self::Q4_0 => "Q4_0",
-            Self::Q4_1 => "Q4_1",
-            Self::Q5_0 => "Q5_0",
-            Self::Q5_1 => "Q5_1",
-            Self::Q8_0 => "Q8_0",
-            Self::Q8_1 => "Q8_1",
-            Self::Q2_K => "Q2_K",
-            Self::Q3_K => "Q3_K",
-            Self::Q4_K => "Q4_K",
-            Self::Q5_K => "Q5_K",
-            Self::Q6_K => "Q6_K",
-            Self::Q8_K => "Q8_K",
-            Self::BF16 => "BF16",
-        }
+        self.row().4
     }
 
     /// Types the engine can load and run (CPU reference and GPU kernels exist).
     pub fn is_supported(self) -> bool {
+        use GgmlType::*;
         matches!(
             self,
-            Self::F32
-                | Self::F16
-                | Self::BF16
-                | Self::Q8_0
-                | Self::Q4_0
-                | Self::Q4_1
-                | Self::Q4_K
-                | Self::Q5_K
-                | Self::Q6_K
+            F32 | F16
+                | BF16
+                | Q8_0
+                | Q4_0
+                | Q4_1
+                | Q5_0
+                | Q5_1
+                | Q2_K
+                | Q3_K
+                | Q4_K
+                | Q5_K
+                | Q6_K
+                | IQ4_NL
+                | IQ4_XS
+                | TQ1_0
+                | TQ2_0
+                | MXFP4
         )
+    }
+
+    /// Whether every block's scale and offset are f16 values (or -0.0), so the GPU may keep them
+    /// as f16 pairs (`Packed::meta_f16`). K-quant sub-block scales are products and are not.
+    pub fn f16_scales(self) -> bool {
+        use GgmlType::*;
+        matches!(self, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | IQ4_NL | TQ1_0 | TQ2_0)
+    }
+
+    /// For a type we cannot run: what to use instead, for the error message.
+    pub fn unsupported_hint(self) -> &'static str {
+        use GgmlType::*;
+        match self {
+            IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS | IQ2_S => {
+                "the i-quant grid types are not supported; the nearest supported presets are Q2_K and Q3_K_S"
+            }
+            IQ3_XXS | IQ3_S => {
+                "the i-quant grid types are not supported; the nearest supported presets are Q3_K_M and IQ4_XS"
+            }
+            NVFP4 => "NVFP4 is not supported; MXFP4 and Q4_K_M are",
+            Q8_1 | Q8_K => "this is an activation type of ggml's, not a weight type",
+            I8 | I16 | I32 | I64 | F64 => "integer and F64 tensors are not model weights ferrolm knows",
+            _ => "",
+        }
     }
 
     /// Bytes for `n` elements, `None` if `n` is not a whole number of blocks or overflows.
@@ -164,9 +206,18 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
         GgmlType::Q8_0 => dequantize_block_q8_0,
         GgmlType::Q4_0 => dequantize_block_q4_0,
         GgmlType::Q4_1 => dequantize_block_q4_1,
+        GgmlType::Q5_0 => dequantize_block_q5_0,
+        GgmlType::Q5_1 => dequantize_block_q5_1,
+        GgmlType::Q2_K => kquants::dequantize_block_q2_k,
+        GgmlType::Q3_K => kquants::dequantize_block_q3_k,
         GgmlType::Q4_K => kquants::dequantize_block_q4_k,
         GgmlType::Q5_K => kquants::dequantize_block_q5_k,
         GgmlType::Q6_K => kquants::dequantize_block_q6_k,
+        GgmlType::IQ4_NL => codebook::dequantize_block_iq4_nl,
+        GgmlType::IQ4_XS => codebook::dequantize_block_iq4_xs,
+        GgmlType::MXFP4 => codebook::dequantize_block_mxfp4,
+        GgmlType::TQ1_0 => codebook::dequantize_block_tq1_0,
+        GgmlType::TQ2_0 => codebook::dequantize_block_tq2_0,
         _ => return Err(Error::Quant(format!("tensor type {} is not supported", ty.name()))),
     };
     for (b, y) in data.chunks_exact(ts).zip(out.chunks_exact_mut(bs)) {
@@ -221,6 +272,40 @@ fn dequantize_block_q4_1(b: &[u8], y: &mut [f32]) {
     for j in 0..16 {
         let x0 = (qs[j] & 0x0F) as i32;
         let x1 = (qs[j] >> 4) as i32;
+        y[j] = x0 as f32 * d + m;
+        y[j + 16] = x1 as f32 * d + m;
+    }
+}
+
+/// The five high bits of a Q5_0/Q5_1 block, as ggml reads them (`memcpy` into a u32).
+fn q5_high_bits(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+fn dequantize_block_q5_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_le(b, 0);
+    let qh = q5_high_bits(b, 2);
+    let qs = &b[6..22];
+    for j in 0..16 {
+        let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+        let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+        let x0 = ((qs[j] & 0x0F) | xh_0) as i32 - 16;
+        let x1 = ((qs[j] >> 4) | xh_1) as i32 - 16;
+        y[j] = x0 as f32 * d;
+        y[j + 16] = x1 as f32 * d;
+    }
+}
+
+fn dequantize_block_q5_1(b: &[u8], y: &mut [f32]) {
+    let d = f16_le(b, 0);
+    let m = f16_le(b, 2);
+    let qh = q5_high_bits(b, 4);
+    let qs = &b[8..24];
+    for j in 0..16 {
+        let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+        let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+        let x0 = (qs[j] & 0x0F) | xh_0;
+        let x1 = (qs[j] >> 4) | xh_1;
         y[j] = x0 as f32 * d + m;
         y[j + 16] = x1 as f32 * d + m;
     }
@@ -338,7 +423,8 @@ impl SplitMix64 {
 }
 
 /// `n_blocks` valid random blocks of `ty`: random quant bits, with every f16 scale field set to a
-/// finite value of either sign (about 0.01 in size) so that the block decodes to sane numbers.
+/// finite value of either sign (about 0.01 in size; MXFP4's power-of-two scale 2^-16 .. 2^-1) so
+/// that the block decodes to sane numbers.
 /// Float types get normally distributed values. Used by tests and to write random-weight models.
 pub fn random_blocks(ty: GgmlType, n_blocks: usize, rng: &mut SplitMix64) -> Result<Vec<u8>> {
     let ts = ty.type_size() as usize;
@@ -348,10 +434,14 @@ pub fn random_blocks(ty: GgmlType, n_blocks: usize, rng: &mut SplitMix64) -> Res
             let x: Vec<f32> = (0..n_blocks).map(|_| rng.next_normal(1.0)).collect();
             return quantize(ty, &x);
         }
-        GgmlType::Q8_0 | GgmlType::Q4_0 => &[0],
-        GgmlType::Q4_1 => &[0, 2],
-        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
+        GgmlType::TQ1_0 => &[52],
+        GgmlType::TQ2_0 => &[64],
+        GgmlType::MXFP4 => &[],
         _ => return Err(Error::Quant(format!("random blocks of {} are not supported", ty.name()))),
     };
     let mut out = vec![0u8; n_blocks * ts];
@@ -362,6 +452,9 @@ pub fn random_blocks(ty: GgmlType, n_blocks: usize, rng: &mut SplitMix64) -> Res
         for &off in f16_fields {
             let v = half::f16::from_f32(rng.next_normal(0.01));
             block[off..off + 2].copy_from_slice(&v.to_le_bytes());
+        }
+        if ty == GgmlType::MXFP4 {
+            block[0] = 112 + (rng.next_u64() % 16) as u8; // E8M0 scales 2^-16 .. 2^-1
         }
     }
     Ok(out)
