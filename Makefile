@@ -3,6 +3,7 @@
 #   make setup      install system packages, the wasm target and wasm-bindgen-cli (idempotent)
 #   make model      fetch the default model into the cache (idempotent)
 #   make tokenizers fetch the real tokenizers of each model family into the cache (idempotent)
+#   make test-models fetch the extra real models the tests use (Gemma 3 270M Q4_K_M; idempotent)
 #   make build      cargo build --release
 #   make demo       chat with the default model: make demo PROMPT="..."
 #   make test       cargo test --release against the default model on Vulkan
@@ -26,7 +27,7 @@ DEMO_PORT ?= 8080
 NODE    ?= node
 NPM     ?= npm
 
-.PHONY: help setup model tokenizers build demo test fixtures clean pkg test-browser serve
+.PHONY: help setup model tokenizers test-models build demo test fixtures clean pkg test-browser serve
 
 help:
 	@sed -n '3,15s/^# \{0,1\}//p' Makefile
@@ -39,6 +40,9 @@ model:
 
 tokenizers:
 	$(PYTHON) scripts/fetch-tokenizers.py
+
+test-models:
+	scripts/fetch-test-models.sh
 
 build:
 	$(CARGO) build --release
@@ -58,15 +62,15 @@ serve:
 pkg:
 	scripts/build-pkg.sh
 
-test: setup model tokenizers
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(MODEL)" FERROLM_REQUIRE_TOKENIZERS=1 WGPU_BACKEND=vulkan $(CARGO) test --release
+test: setup model tokenizers test-models
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(MODEL)" FERROLM_REQUIRE_TOKENIZERS=1 FERROLM_REQUIRE_MODELS=1 WGPU_BACKEND=vulkan $(CARGO) test --release
 	$(MAKE) test-browser
 
 # Installs its own npm deps (tests/browser/package-lock.json) and drives /usr/bin/chromium
 # (override with CHROMIUM=...).
-test-browser: model pkg
+test-browser: model test-models pkg
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
-	cd tests/browser && FERROLM_MODEL="$(abspath $(MODEL))" $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
+	cd tests/browser && FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
 
 fixtures: model tokenizers
 	$(PYTHON) tests/scripts/make_model_fixtures.py --model "$(MODEL)" --out $(FIXTURES)

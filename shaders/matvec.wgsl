@@ -7,6 +7,8 @@
 // Each 32-invocation row group computes (a slice of) four rows (`dot4`, rowdot.wgsl; for GLU the
 // gate and up rows of two outputs), reduced by `reduce4` (reduce_*.wgsl) and `join_slices`;
 // WG / 32 / S blocks of four rows per workgroup.
+// A matrix too large for one binding (a wide vocabulary's LM head) runs as one dispatch per row
+// range: W holds rows ROW0 .. ROW0 + N of Y_ROWS, and its argmax pairs start at pair WG0.
 
 struct Step {
     n_tokens: u32,
@@ -28,6 +30,9 @@ override GELU: bool = false;
 override SOFTCAP: f32 = 0.0;    // EPI 0: y = SOFTCAP * tanh(v / SOFTCAP) (Gemma 2's final logits)
 override WG: u32 = 64u;         // invocations per workgroup: 32 to 512 (256 without subgroups), a multiple of 32 * S
 override ARGMAX: bool = false;  // EPI 0: also each workgroup's largest output (greedy decoding)
+override ROW0: u32 = 0u;        // EPI 0/1: the first row of y this dispatch writes
+override Y_ROWS: u32 = 0u;      // rows of y before the argmax pairs (0: N)
+override WG0: u32 = 0u;         // this dispatch's first argmax pair
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
@@ -58,10 +63,10 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let row = min(first + min(t, 3u), N - 1u);
     var extra = 0.0;
     if (HAS_BIAS) {
-        extra = vecs[BIAS_OFF + row];
+        extra = vecs[BIAS_OFF + ROW0 + row];
     }
     if (EPI == 1u) {
-        extra += y[row];
+        extra += y[ROW0 + row];
     }
     let d = dot4(min(rows, vec4<u32>(N - 1u)), lid, slice, NORM);
     var v = join_slices(reduce4(d.v, lid), lid);
@@ -98,14 +103,15 @@ fn store(v: vec4<f32>, first: u32, slice: u32, t: u32, slot: u32, wgi: u32, extr
         o = SOFTCAP * tanh(o / SOFTCAP);
     }
     if (owner) {
-        y[row] = o;
+        y[ROW0 + row] = o;
     }
     if (ARGMAX) {
         // This workgroup's largest value (lowest row on ties, NaN never wins) goes to
-        // y[N + 2 wgi ..], for argmax.wgsl to finish over all workgroups.
+        // y[N + 2 wgi ..] (Y_ROWS, WG0: after every range's rows), for argmax.wgsl to finish
+        // over all workgroups.
         if (slice == 0u && t < 4u) {
             best_v[slot * 4u + t] = select(-3.4e38, o, owner);
-            best_i[slot * 4u + t] = select(0xffffffffu, row, owner);
+            best_i[slot * 4u + t] = select(0xffffffffu, ROW0 + row, owner);
         }
         workgroupBarrier();
         if (slot == 0u && slice == 0u && t == 0u) {
@@ -117,8 +123,9 @@ fn store(v: vec4<f32>, first: u32, slice: u32, t: u32, slot: u32, wgi: u32, extr
                     bi = best_i[i];
                 }
             }
-            y[N + 2u * wgi] = bv;
-            y[N + 2u * wgi + 1u] = bitcast<f32>(bi);
+            let at = select(Y_ROWS, N, Y_ROWS == 0u) + 2u * (WG0 + wgi);
+            y[at] = bv;
+            y[at + 1u] = bitcast<f32>(bi);
         }
     }
 }

@@ -718,7 +718,7 @@ impl Runtime {
             .iter()
             .map(|l| l.wqkv.bytes + l.wo.bytes + l.w_gate_up.bytes + l.w_down.bytes + l.vecs.size())
             .sum();
-        layers + w.lm_head().bytes + w.embed.bytes / w.embed.rows as u64
+        layers + w.lm_head().bytes + w.embed.bytes / w.embed.rows.max(1) as u64
     }
 
     /// Dispatches of a decode step at the current position (deep caches take one more per layer).

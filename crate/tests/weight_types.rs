@@ -14,8 +14,9 @@ use ferrolm::weights::quant::{dequantize, GgmlType};
 use ferrolm::weights::FileSource;
 use std::path::Path;
 
-/// Writes `path`'s model again with every tensor dequantized to F32.
-fn f32_twin(path: &Path, out: &Path) {
+/// Writes `path`'s model again with every tensor dequantized to F32, except those `keep` returns
+/// other (type, bytes) for.
+fn rewrite(path: &Path, out: &Path, keep: impl Fn(&str, u64) -> Option<(GgmlType, Vec<u8>)>) {
     let src = FileSource::open(path).unwrap();
     let g = GgufFile::read(&src).unwrap();
     let mut w = GgufWriter::new();
@@ -23,13 +24,20 @@ fn f32_twin(path: &Path, out: &Path) {
         w.add(k.clone(), v.clone()).unwrap();
     }
     for t in &g.tensors {
-        let raw = g.read_tensor(&src, t).unwrap();
-        let mut x = vec![0f32; t.n_elements as usize];
-        dequantize(t.ty, &raw, &mut x).unwrap();
-        w.add_tensor(t.name.clone(), &t.dims, GgmlType::F32, bytemuck::cast_slice(&x).to_vec()).unwrap();
+        let (ty, bytes) = keep(&t.name, t.n_elements).unwrap_or_else(|| {
+            let raw = g.read_tensor(&src, t).unwrap();
+            let mut x = vec![0f32; t.n_elements as usize];
+            dequantize(t.ty, &raw, &mut x).unwrap();
+            (GgmlType::F32, bytemuck::cast_slice(&x).to_vec())
+        });
+        w.add_tensor(t.name.clone(), &t.dims, ty, bytes).unwrap();
     }
     let mut f = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
     w.write(&mut f).unwrap();
+}
+
+fn f32_twin(path: &Path, out: &Path) {
+    rewrite(path, out, |_, _| None)
 }
 
 /// Prefill logits of a short prompt, then the logits of one decode step.
@@ -41,11 +49,10 @@ fn run(path: &Path) -> (Vec<f32>, Vec<f32>) {
     (prefill, decode)
 }
 
-#[test]
-fn every_type_matches_its_f32_dequantization() {
-    // Hidden 384: the attention and gate/up rows fall back for 256-element types, the down
-    // projection (input 512) keeps the type.
-    let shape = Shape {
+/// Hidden 384: the attention and gate/up rows fall back for 256-element types, the down
+/// projection (input 512) keeps the type.
+fn tiny() -> Shape {
+    Shape {
         name: "tiny",
         arch: "llama",
         hidden: 384,
@@ -62,7 +69,12 @@ fn every_type_matches_its_f32_dequantization() {
         qkv_bias: false,
         fused: false,
         llama3_rope: None,
-    };
+    }
+}
+
+#[test]
+fn every_type_matches_its_f32_dequantization() {
+    let shape = tiny();
     let mut failures = Vec::new();
     for ty in synth::TYPES {
         let opts = SynthOptions { shape: shape.clone(), ty, seed: 7, layers: None, sparse: false };
@@ -81,4 +93,25 @@ fn every_type_matches_its_f32_dequantization() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn grid_types_are_refused_with_the_nearest_preset() {
+    let opts = SynthOptions { shape: tiny(), ty: GgmlType::Q4_0, seed: 1, layers: None, sparse: false };
+    let model = common::SynthModel::write("types-iq2", &opts);
+    let out = model.dir.join("iq2.gguf");
+    let ty = GgmlType::IQ2_XXS;
+    rewrite(&model.path, &out, |name, n| {
+        (name == "blk.1.ffn_down.weight").then(|| (ty, vec![0u8; ty.bytes_for(n).unwrap() as usize]))
+    });
+    let src = FileSource::open(&out).unwrap();
+    match block_on(Engine::load(&src, &LoadOptions::default(), &mut |_, _, _| {})) {
+        Err(ferrolm::Error::Unsupported(msg)) => {
+            for want in ["blk.1.ffn_down.weight", "IQ2_XXS", "Q2_K"] {
+                assert!(msg.contains(want), "{msg}");
+            }
+        }
+        Err(e) => panic!("expected an unsupported-type error, got {e}"),
+        Ok(_) => panic!("an IQ2_XXS tensor was accepted"),
+    }
 }

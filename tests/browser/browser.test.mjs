@@ -4,7 +4,9 @@
 //
 // SwiftShader is slow (seconds per token on a small machine), so one browser and as few model
 // loads as possible are shared, and every generation is short. Env: FERROLM_MODEL (the GGUF),
-// CHROMIUM (browser binary), FERROLM_BROWSER_TOKENS (greedy tokens compared, default 8).
+// FERROLM_GEMMA3 (the real Q4_K_M file of scripts/fetch-test-models.sh; its test is skipped
+// without it unless FERROLM_REQUIRE_MODELS=1), CHROMIUM (browser binary), FERROLM_BROWSER_TOKENS
+// (greedy tokens compared, default 8).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -24,6 +26,9 @@ const NTOK = Number(process.env.FERROLM_BROWSER_TOKENS || 8);
 const fixtures = JSON.parse(fs.readFileSync(path.join(root, 'tests/fixtures/smollm2/fixtures.json'), 'utf8'));
 const CASE = Object.fromEntries(fixtures.cases.map((c) => [c.name, c]));
 const SHA = fixtures.model.sha256;
+const GEMMA3 = process.env.FERROLM_GEMMA3 || path.join(os.homedir(), '.cache/ferrolm/gemma-3-270m-q4_k_m.gguf');
+const gemmaFixtures = JSON.parse(fs.readFileSync(path.join(root, 'tests/fixtures/gemma3-q4km/fixtures.json'), 'utf8'));
+const REQUIRE_MODELS = !!process.env.FERROLM_REQUIRE_MODELS && process.env.FERROLM_REQUIRE_MODELS !== '0';
 export const CHROME_ARGS = [
   '--headless=new', '--no-sandbox', '--no-first-run', '--disable-background-networking',
   '--disable-component-update', '--disable-sync',
@@ -128,6 +133,7 @@ before(async () => {
       '/m/cached': modelDir,
       '/m/sha': modelDir,
       '/m/quota': modelDir,
+      ...(fs.existsSync(GEMMA3) ? { '/m/gemma3': path.dirname(GEMMA3) } : {}),
     },
   });
   server.routes.set('/bad/html.gguf', (req, res) => {
@@ -349,6 +355,37 @@ test('an interrupted download resumes from the cache; worker engine matches the 
   const list = await inPage(page, () => ferrolm.listCachedModels());
   const done = list.value.find((c) => c.url.endsWith(url));
   assert.ok(done.complete && done.sha256 === SHA, JSON.stringify(done));
+});
+
+test('a real Q4_K_M mix (Q4_K, Q6_K, Q5_0 and Q8_0 fallbacks; a 160 MiB embedding) matches transformers', async (t) => {
+  if (!fs.existsSync(GEMMA3)) {
+    assert.ok(!REQUIRE_MODELS, `${GEMMA3} missing (scripts/fetch-test-models.sh)`);
+    t.skip(`${GEMMA3} missing (scripts/fetch-test-models.sh)`);
+    return;
+  }
+  const cases = Object.fromEntries(gemmaFixtures.cases.map((c) => [c.name, c]));
+  const c = cases.capital;
+  const r = await inPage(page, async ({ url, ids, ntok }) => {
+    const e = await ferrolm.createEngine({ model: url, worker: false, cache: 'none' });
+    try {
+      const toks = [];
+      const it = e.generate({ tokens: ids }, { maxTokens: ntok, temperature: 0, topLogits: 10 });
+      for await (const ch of it) toks.push(ch.token);
+      const res = await it.result;
+      return { toks, top: res.topLogits, limits: e.info.adapterInfo?.limits?.maxStorageBufferBindingSize, load: e.info.load };
+    } finally {
+      await e.unload();
+    }
+  }, { url: `/m/gemma3/${path.basename(GEMMA3)}`, ids: c.prompt_ids, ntok: NTOK });
+  assert.ok(r.ok, r.message);
+  log('gemma3 q4_k_m:', JSON.stringify(r.value.toks), 'maxStorageBufferBindingSize', r.value.limits);
+  assert.deepEqual(r.value.toks, c.greedy.slice(0, NTOK));
+  // The 10 largest logits of the prompt's last position, against the reference.
+  const got = new Map(r.value.top);
+  for (const [id, want] of c.top_logits) {
+    assert.ok(got.has(id), `top-10 id ${id} missing: ${JSON.stringify(r.value.top)}`);
+    assert.ok(Math.abs(got.get(id) - want) < 0.1, `logit ${id}: ${got.get(id)} vs ${want}`);
+  }
 });
 
 test('abort via AbortSignal stops promptly; concurrent generations queue; break cancels', async () => {

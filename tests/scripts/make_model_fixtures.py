@@ -36,6 +36,13 @@ Usage:
     python3 tests/scripts/make_model_fixtures.py \
         --model ~/.cache/ferrolm/SmolLM2-135M-Instruct.Q4_1.gguf \
         --out tests/fixtures/smollm2/fixtures.json
+    python3 tests/scripts/make_model_fixtures.py --case-set gemma3 \
+        --model ~/.cache/ferrolm/gemma-3-270m-q4_k_m.gguf \
+        --out tests/fixtures/gemma3-q4km/fixtures.json
+
+`--case-set gemma3` is for the real Gemma 3 270M Q4_K_M file (a K-quant mix with Q5_0, Q8_0 and
+Q6_K fallback tensors; the GGUF carries no chat template and asks for BOS): plain prompts get the
+tokenizer's BOS (`tok(text)`), and the chat turns are written out in Gemma's turn format.
 """
 
 import argparse
@@ -53,7 +60,7 @@ SCHEMA_VERSION = 1
 N_TOP = 10          # top logits recorded at the last prompt position
 N_TOP_ALL = 5       # top logits recorded at every prompt position (2 cases)
 N_GREEDY = 32       # greedy tokens generated
-EOS_ID = 2          # <|im_end|>; generation stops there (eos is included)
+EOS_ID = 2          # <|im_end|> (SmolLM2); generation stops there (eos is included)
 
 LONG_PARAGRAPH = (
     "The history of the printing press begins in the fifteenth century, when "
@@ -95,6 +102,19 @@ CASES = [
 ]
 
 
+GEMMA3_CASES = [
+    ("capital", "prompt", "The capital of France is", False),
+    ("chat_turn", "prompt",
+     "<start_of_turn>user\nWrite a haiku about autumn leaves.<end_of_turn>\n<start_of_turn>model\n", True),
+    ("code_python", "prompt",
+     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n", False),
+    ("long_paragraph", "prompt", LONG_PARAGRAPH, False),
+]
+
+# case set -> (cases, whether plain prompts get the tokenizer's special tokens (BOS))
+CASE_SETS = {"smollm2": (CASES, False), "gemma3": (GEMMA3_CASES, True)}
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -117,7 +137,10 @@ def main():
     ap.add_argument("--model", required=True, help="path to SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--out", required=True, help="output JSON path")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (fixed for reproducibility)")
+    ap.add_argument("--case-set", choices=sorted(CASE_SETS), default="smollm2")
     args = ap.parse_args()
+    cases, plain_special = CASE_SETS[args.case_set]
+    global EOS_ID
 
     t_start = time.time()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -161,6 +184,8 @@ def main():
     for w in load_warnings:
         print(f"[load warning] {w}", file=sys.stderr)
 
+    if args.case_set != "smollm2":
+        EOS_ID = tok.eos_token_id
     cfg = model.config
     tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
@@ -193,7 +218,7 @@ def main():
         return gen, margins
 
     cases_out = []
-    for name, mode, payload, all_pos in CASES:
+    for name, mode, payload, all_pos in cases:
         t0 = time.time()
         case = {"name": name, "mode": mode}
         if mode == "chat":
@@ -210,7 +235,7 @@ def main():
         else:
             case["text"] = payload
             text = payload
-            ids = tok(text, add_special_tokens=False).input_ids
+            ids = tok(text, add_special_tokens=plain_special).input_ids
         default_ids = tok(text).input_ids  # add_special_tokens=True (default)
         case["default_call_adds_tokens"] = list(default_ids) != list(ids)
         case["prompt_ids"] = list(map(int, ids))
@@ -260,8 +285,8 @@ def main():
             "bos_token": tok.bos_token, "bos_token_id": tok.bos_token_id,
             "eos_token": tok.eos_token, "eos_token_id": tok.eos_token_id,
             "pad_token": tok.pad_token, "unk_token": tok.unk_token,
-            "gguf_add_bos_token": False,
-            "plain_prompts_encoded_with": "tok(text, add_special_tokens=False)",
+            "gguf_add_bos_token": plain_special,
+            "plain_prompts_encoded_with": f"tok(text, add_special_tokens={plain_special})",
             "chat_template": tok.chat_template,
         },
         "reference": {
@@ -277,6 +302,7 @@ def main():
             },
             "load_warnings": load_warnings,
         },
+        "case_set": args.case_set,
         "params": {"n_top": N_TOP, "n_top_all_positions": N_TOP_ALL, "n_greedy": N_GREEDY,
                    "eos_id": EOS_ID, "greedy": "argmax, KV cache, no penalties, stop after eos"},
         "cases": cases_out,

@@ -61,7 +61,8 @@ enum Cmd {
         /// smollm2-135m, llama-3.2-1b, qwen2.5-0.5b, phi-3-mini or llama-3.1-8b.
         #[arg(long)]
         shape: String,
-        /// q4_0, q8_0, q4_k or f16.
+        /// f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4,
+        /// tq1_0 or tq2_0 (K-quants: rows not a multiple of 256 get llama.cpp's fallback type).
         #[arg(long = "type")]
         ty: String,
         #[arg(long)]

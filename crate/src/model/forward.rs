@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, Kernel, Pipeline};
+use crate::model::streamed::StreamedMatrix;
 use crate::model::weights::{GpuMatrix, ModelWeights};
 use crate::model::ModelConfig;
 use crate::weights::pack::Layout;
@@ -191,8 +192,9 @@ impl Buffers {
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 4)) as u64 * f)?,
             done: buf("attn splits done", cfg.n_heads as u64 * 4)?,
             xlast: buf("xlast", h * f)?,
-            // After the logits: the LM head workgroups' argmax partials (at most one per 4 rows).
-            logits: buf("logits", (cfg.vocab + 2 * (cfg.vocab / 4 + 1)) as u64 * f)?,
+            // After the logits: the LM head workgroups' argmax partials (at most one per 4 rows
+            // of each of its row ranges).
+            logits: buf("logits", (cfg.vocab + 2 * (cfg.vocab / 4 + 64)) as u64 * f)?,
             tokens: buf("tokens", TOKEN_SLOTS as u64 * 4)?,
             rope: buf("rope", table.len() as u64 * 4)?,
             rope_local: local,
@@ -382,6 +384,27 @@ impl Builder<'_> {
         argmax: bool,
         merge: Option<usize>,
     ) -> u32 {
+        self.matvec_range(label, w, x, y, vecs, norm, epi, softcap, bias, argmax, merge, &[])
+    }
+
+    /// `matvec` with the row-range constants of one range of a `StreamedMatrix` (matvec.wgsl
+    /// ROW0, Y_ROWS, WG0) in `range`.
+    #[allow(clippy::too_many_arguments)]
+    fn matvec_range(
+        &mut self,
+        label: &'static str,
+        w: &GpuMatrix,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        vecs: &wgpu::Buffer,
+        norm: Option<usize>,
+        epi: u32,
+        softcap: f32,
+        bias: Option<usize>,
+        argmax: bool,
+        merge: Option<usize>,
+        range: &[(&'static str, f64)],
+    ) -> u32 {
         let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
         let per_block = if epi == 2 { 2 } else { 4 };
         let (mut consts, wg, slices) =
@@ -394,12 +417,32 @@ impl Builder<'_> {
             ("SOFTCAP", softcap as f64),
             ("ARGMAX", b(argmax)),
         ]);
+        consts.extend_from_slice(range);
         let wgs = outputs.div_ceil(per_block * wg / 32 / slices) as u32;
         // Past 65535 workgroups the kernel folds (x, y) into one index.
         let gy = wgs.div_ceil(65535);
         let grid = Grid::Fixed2(wgs.div_ceil(gy), gy);
         self.push(label, Kernel::MatVec, &consts, &[(0, &w.words), (1, &w.meta), (2, x), (3, y), (4, vecs)], grid);
         wgs.div_ceil(gy) * gy
+    }
+
+    /// The LM head over every row range of `m` (one dispatch each; most models have one), its
+    /// argmax pairs after all the logits. Returns the number of pairs.
+    fn lm_head(
+        &mut self,
+        m: &StreamedMatrix,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        vecs: &wgpu::Buffer,
+        norm: bool,
+    ) -> u32 {
+        let mut pairs = 0;
+        for (first, part) in m.ranges() {
+            let range = [("ROW0", first as f64), ("Y_ROWS", m.rows as f64), ("WG0", pairs as f64)];
+            let (cap, n) = (self.cfg.final_softcap, norm.then_some(0));
+            pairs += self.matvec_range("lm head", part, x, y, vecs, n, 0, cap, None, true, None, &range);
+        }
+        pairs
     }
 
     /// The override constants every rowdot.wgsl kernel (matvec, qkv_rope) takes for matrix `w`
@@ -543,14 +586,17 @@ pub fn build(
     // needs the whole head first, so those models take the matvec + rope_kv route.
     let fused_qkv = !batched && !cfg.qk_norm;
 
-    let [l0, l1, l2] = w.embed.layout_constants();
-    p.push(
-        "embed",
-        Kernel::Embed,
-        &[l0, l1, l2, ("H", cfg.hidden as f64), ("SCALE", cfg.embed_scale as f64)],
-        &[(0, &w.embed.words), (1, &w.embed.meta), (2, &bf.ids), (3, &bf.x)],
-        Grid::PerToken((cfg.hidden as u32 / 8).div_ceil(64)),
-    );
+    for (first, part) in w.embed.ranges() {
+        let [l0, l1, l2] = part.layout_constants();
+        let ids = [("ID0", first as f64), ("ID1", (first + part.rows) as f64)];
+        p.push(
+            "embed",
+            Kernel::Embed,
+            &[l0, l1, l2, ("H", cfg.hidden as f64), ("SCALE", cfg.embed_scale as f64), ids[0], ids[1]],
+            &[(0, &part.words), (1, &part.meta), (2, &bf.ids), (3, &bf.x)],
+            Grid::PerToken((cfg.hidden as u32 / 8).div_ceil(64)),
+        );
+    }
     for (i, lw) in w.layers.iter().enumerate() {
         let kv = &bf.kv[i];
         let cap = bf.kv_cap[i] as f64;
@@ -695,33 +741,9 @@ pub fn build(
     }
     let parts = if batched {
         p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xlast, true, false);
-        p.matvec(
-            "lm head",
-            w.lm_head(),
-            &bf.xlast,
-            &bf.logits,
-            &w.out_vecs,
-            None,
-            0,
-            cfg.final_softcap,
-            None,
-            true,
-            None,
-        )
+        p.lm_head(w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, false)
     } else {
-        p.matvec(
-            "lm head",
-            w.lm_head(),
-            &bf.x,
-            &bf.logits,
-            &w.out_vecs,
-            Some(0),
-            0,
-            cfg.final_softcap,
-            None,
-            true,
-            None,
-        )
+        p.lm_head(w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, true)
     };
     p.push(
         "argmax",

@@ -4,7 +4,8 @@
 
 use super::config::ModelConfig;
 use super::hf_config::{GenerationConfig, HfConfig, TokenizerConfig};
-use super::weights::{GpuMatrix, LayerParts, LayerWeights, ModelWeights};
+use super::streamed::StreamedMatrix;
+use super::weights::{LayerParts, LayerWeights, ModelWeights};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::weights::pack::{self, Layout, Packed};
@@ -295,7 +296,10 @@ impl<S: AsyncSource> HfModel<S> {
                 read += t.n_bytes;
             }
             let bytes = layout.map_or(0, |l| l.words_for(rows * cols) as u64 * 4);
-            if bytes > limit {
+            if let Some(l) = layout.filter(|_| buffer == "embed" || buffer == "lm_head") {
+                // Kept in row ranges of one binding each (model/streamed.rs).
+                StreamedMatrix::rows_per_range(gpu, &buffer, l, (rows, cols))?;
+            } else if bytes > limit {
                 return Err(Error::Limits(format!(
                     "{buffer} ({}) needs {} in one GPU buffer binding; the adapter allows {} \
                      (maxStorageBufferBindingSize){}",
@@ -392,18 +396,19 @@ impl<S: AsyncSource> HfModel<S> {
         (rows, cols): (usize, usize),
         q: Quantize,
         on_read: &mut dyn FnMut(u64),
-    ) -> Result<GpuMatrix> {
+    ) -> Result<StreamedMatrix> {
         let t = self.tensor(name, &[rows, cols])?;
         let ty = packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
         let layout = Layout::for_type(ty).expect("F32, F16, BF16, Q8_0 and Q4_0 have layouts");
         // Quantizing at load gives Q8_0 / Q4_0, whose f16 block scales make f16 metadata exact.
-        let m = GpuMatrix::alloc_streamed(gpu, label, layout, true, (rows, cols))?;
-        let chunk_rows = m.rows_per_write(t.n_bytes / rows.max(1) as u64, READ_CHUNK);
-        let mut r0 = 0;
-        while r0 < rows {
-            let n = chunk_rows.min(rows - r0);
-            m.write_rows(gpu, name, r0, &self.rows(name, (r0, n, cols), ty, on_read).await?)?;
-            r0 += n;
+        let m = StreamedMatrix::alloc(gpu, label, layout, true, (rows, cols))?;
+        for c in m.chunks(t.n_bytes / rows.max(1) as u64, READ_CHUNK) {
+            m.parts[c.part].write_rows(
+                gpu,
+                name,
+                c.local,
+                &self.rows(name, (c.first, c.n, cols), ty, on_read).await?,
+            )?;
         }
         Ok(m)
     }

@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::model::streamed::StreamedMatrix;
 use crate::model::ModelConfig;
 use crate::weights::gguf::{GgufFile, TensorInfo};
 use crate::weights::pack::{self, Layout, Packed};
@@ -267,18 +268,18 @@ pub struct LayerWeights {
 }
 
 pub struct ModelWeights {
-    pub embed: GpuMatrix,
+    pub embed: StreamedMatrix,
     pub layers: Vec<LayerWeights>,
     pub offsets: VecOffsets,
     /// The final norm's weight at offset 0.
     pub out_vecs: wgpu::Buffer,
     /// `None` when the LM head is the (tied) embedding matrix.
-    pub lm_head: Option<GpuMatrix>,
+    pub lm_head: Option<StreamedMatrix>,
     pub bytes: u64,
 }
 
 impl ModelWeights {
-    pub fn lm_head(&self) -> &GpuMatrix {
+    pub fn lm_head(&self) -> &StreamedMatrix {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 }
@@ -334,20 +335,15 @@ impl GgufLoader<'_> {
     }
 
     /// A large matrix streamed to the GPU in row chunks (never whole in memory).
-    async fn streamed(&mut self, name: &str, rows: usize, cols: usize) -> Result<GpuMatrix> {
+    async fn streamed(&mut self, name: &str, rows: usize, cols: usize) -> Result<StreamedMatrix> {
         let t = self.info(name, &[cols, rows])?;
         let layout =
             Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
-        let meta16 = t.ty.f16_scales();
-        let m = GpuMatrix::alloc_streamed(self.gpu, name, layout, meta16, (rows, cols))?;
+        let m = StreamedMatrix::alloc(self.gpu, name, layout, t.ty.f16_scales(), (rows, cols))?;
         let row_bytes = t.n_bytes / rows as u64;
-        let chunk_rows = m.rows_per_write(row_bytes, CHUNK);
-        let mut r0 = 0;
-        while r0 < rows {
-            let n = chunk_rows.min(rows - r0);
-            let raw = self.read(t.offset + r0 as u64 * row_bytes, n as u64 * row_bytes).await?;
-            m.write_rows(self.gpu, name, r0, &pack::pack(t.ty, n, cols, &raw)?)?;
-            r0 += n;
+        for c in m.chunks(row_bytes, CHUNK) {
+            let raw = self.read(t.offset + c.first as u64 * row_bytes, c.n as u64 * row_bytes).await?;
+            m.parts[c.part].write_rows(self.gpu, name, c.local, &pack::pack(t.ty, c.n, cols, &raw)?)?;
         }
         Ok(m)
     }
@@ -374,6 +370,9 @@ fn unsupported_type(t: &TensorInfo) -> Error {
         t.ty.unsupported_hint()
     ))
 }
+
+/// The GGUF matrices loaded as `StreamedMatrix` (row ranges, see model/streamed.rs).
+const STREAMED: [&str; 2] = ["token_embd.weight", "output.weight"];
 
 /// Before any weight is read: every tensor has a type we can run, and every GPU buffer the
 /// model needs (the fused [q; k; v] and [gate; up] matrices included) fits the adapter's
@@ -407,7 +406,11 @@ pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
         // The layout the loader fuses the parts into (see weights::reshape::common_layout).
         let fused = layouts.iter().skip(1).fold(layouts[0], |a, &b| crate::weights::reshape::common_layout(a, b));
         let bytes = fused.words_for(*n as usize) as u64 * 4;
-        if bytes > limit {
+        if let Some(t) = gguf.tensor(name).filter(|_| STREAMED.contains(&name.as_str())) {
+            // Kept in row ranges of one binding each: only a range of the fewest rows must fit.
+            let (cols, rows) = (t.dims[0] as usize, t.dims.get(1).copied().unwrap_or(1) as usize);
+            StreamedMatrix::rows_per_range(gpu, name, fused, (rows, cols))?;
+        } else if bytes > limit {
             return Err(Error::Limits(format!(
                 "{name} needs {} MiB in one GPU buffer binding; the adapter allows {} MiB (maxStorageBufferBindingSize)",
                 bytes >> 20,
@@ -538,10 +541,10 @@ impl ModelWeights {
     pub fn new(
         gpu: &Gpu,
         cfg: &ModelConfig,
-        embed: GpuMatrix,
+        embed: StreamedMatrix,
         layers: Vec<LayerWeights>,
         out_norm: &[f32],
-        lm_head: Option<GpuMatrix>,
+        lm_head: Option<StreamedMatrix>,
     ) -> Result<ModelWeights> {
         let out_vecs = gpu.buffer_init("output_norm", bytemuck::cast_slice(out_norm))?;
         gpu.check()?;

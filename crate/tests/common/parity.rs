@@ -1,34 +1,58 @@
 //! Whole-model parity with the reference (transformers, fp32, on the dequantized GGUF):
 //! top-10 logits of the last prompt position within 0.1, and greedy tokens equal for the first
-//! 16 steps (or up to the reference's stop token). Fixtures: tests/fixtures/smollm2/fixtures.json,
-//! made by tests/scripts/make_model_fixtures.py. Run by model_parity.rs (the adapter's fastest
-//! kernels) and portable_parity.rs (the kernels browsers run).
+//! 16 steps (or up to the reference's stop token). Fixtures: tests/fixtures/smollm2/fixtures.json
+//! (the default model) and tests/fixtures/gemma3-q4km/fixtures.json (a real K-quant mix), made by
+//! tests/scripts/make_model_fixtures.py. Run by model_parity.rs (the adapter's fastest kernels)
+//! and portable_parity.rs (the kernels browsers run).
 
 use ferrolm::engine::{Engine, GenerateOptions};
 use ferrolm::gpu::block_on;
 use ferrolm::weights::FileSource;
 use serde_json::Value;
 
-const FIXTURES: &str = include_str!("../../../tests/fixtures/smollm2/fixtures.json");
+pub const SMOLLM2: &str = include_str!("../../../tests/fixtures/smollm2/fixtures.json");
+pub const GEMMA3_Q4KM: &str = include_str!("../../../tests/fixtures/gemma3-q4km/fixtures.json");
 const LOGIT_TOL: f32 = 0.1;
 const GREEDY_STEPS: usize = 16;
 
-fn load() -> Option<Engine> {
-    let path = super::model_path()?;
+/// The real Gemma 3 270M Q4_K_M file (`scripts/fetch-test-models.sh`), if present; with
+/// FERROLM_REQUIRE_MODELS=1 (as `make test` sets) its absence fails the test.
+pub fn gemma3_path() -> Option<std::path::PathBuf> {
+    let p = std::env::var("FERROLM_GEMMA3").map(std::path::PathBuf::from).unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        std::path::PathBuf::from(home).join(".cache/ferrolm/gemma-3-270m-q4_k_m.gguf")
+    });
+    if p.exists() {
+        return Some(p);
+    }
+    let required = std::env::var_os("FERROLM_REQUIRE_MODELS").is_some_and(|v| v != "0");
+    assert!(!required, "{} is missing (run scripts/fetch-test-models.sh)", p.display());
+    eprintln!("SKIPPED: {} not found (run scripts/fetch-test-models.sh)", p.display());
+    None
+}
+
+fn load(path: std::path::PathBuf) -> Engine {
     let src = FileSource::open(path).unwrap();
-    Some(block_on(Engine::load(&src, &Default::default(), &mut |_, _, _| {})).unwrap())
+    block_on(Engine::load(&src, &Default::default(), &mut |_, _, _| {})).unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-/// Every fixture case: prefill logits and greedy decoding against the reference (a no-op without
-/// the model file).
+/// Every fixture case of the default model (a no-op without the model file).
 pub fn check_model_parity() {
-    let Some(mut engine) = load() else { return };
+    if let Some(path) = super::model_path() {
+        check_parity(path, SMOLLM2);
+    }
+}
+
+/// Every case of `fixtures`: prefill logits and greedy decoding of the model at `path` against
+/// the reference.
+pub fn check_parity(path: std::path::PathBuf, fixtures: &str) {
+    let mut engine = load(path);
     eprintln!("adapter: {:?}", engine.rt.gpu.summary);
-    let fx: Value = serde_json::from_str(FIXTURES).unwrap();
+    let fx: Value = serde_json::from_str(fixtures).unwrap();
     let mut failures = Vec::new();
     for case in fx["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
