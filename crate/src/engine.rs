@@ -331,7 +331,9 @@ impl Engine {
     /// model. Then call `step` until it returns `None`.
     pub async fn start(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation> {
         let sampler = Sampler::new(opts.sampling.clone())?;
-        let gpu_greedy = opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0 && !opts.cpu_sampling;
+        // The GPU picks every token after the first (which comes from the prompt's logits, read
+        // back anyway): by argmax, or sampled when there is anything to sample or penalize.
+        let gpu_sampled = !(opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0);
         // A default-sized context grows to hold a longer prompt and the tokens asked for (up to
         // 4096 more; the model's training context is not a limit: transformers does not enforce
         // it either). A prompt that fits keeps the context, and generation stops at its end.
@@ -363,7 +365,8 @@ impl Engine {
             tokens: Vec::new(),
             text: String::new(),
             logits: Some(logits),
-            gpu_greedy,
+            gpu: !opts.cpu_sampling,
+            gpu_sampled,
             feed: None,
             inflight: std::collections::VecDeque::new(),
             submitted: 0,
@@ -402,16 +405,19 @@ impl Engine {
             let id = g.sampler.sample(&logits, &g.history);
             g.feed = Some(id);
             id
-        } else if g.gpu_greedy {
-            // Keep a few steps queued on the GPU: each one's argmax feeds the next, and the
-            // CPU reads the chosen ids back one step behind.
+        } else if g.gpu {
+            // Keep a few steps queued on the GPU: each one's token feeds the next, and the CPU
+            // reads the chosen ids back one step behind.
+            if g.gpu_sampled && g.submitted == 0 {
+                self.rt.set_sampling(&g.sampler.params, &g.history)?;
+            }
             while g.inflight.len() < PIPELINE_DEPTH
                 && g.tokens.len() + g.inflight.len() < g.max_tokens
                 && self.rt.pos < self.rt.context
                 && !self.rt.cfg.rope_recompute_at(self.rt.rope_key, self.rt.pos + 1)
             {
                 let slot = g.submitted % forward::TOKEN_SLOTS;
-                let sub = self.rt.submit_greedy(g.feed.take(), slot)?;
+                let sub = self.rt.submit_token(g.feed.take(), slot, g.gpu_sampled)?;
                 g.inflight.push_back((slot, sub));
                 g.submitted += 1;
             }
@@ -500,7 +506,9 @@ pub struct Generation {
     pub text: String,
     logits: Option<Vec<f32>>,
     /// Greedy decoding with the token chosen on the GPU (no logits read back per token).
-    gpu_greedy: bool,
+    /// Tokens after the first are chosen on the GPU, by argmax or (`gpu_sampled`) sampling.
+    gpu: bool,
+    gpu_sampled: bool,
     /// A CPU-chosen token the next GPU step must embed.
     feed: Option<u32>,
     inflight: std::collections::VecDeque<(usize, wgpu::SubmissionIndex)>,
@@ -545,8 +553,8 @@ impl Runtime {
     /// Record and submit one step over `ids` (or, with `None`, over the token the GPU sampled
     /// in the previous step), copying the sampled token to readback `slot` and, if asked, the
     /// logits to the logits readback buffer.
-    fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool) -> wgpu::SubmissionIndex {
-        self.submit_timed(ids, slot, copy_logits, None)
+    fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool, sampled: bool) -> wgpu::SubmissionIndex {
+        self.submit_timed(ids, slot, copy_logits, sampled, None)
     }
 
     fn submit_timed(
@@ -554,6 +562,7 @@ impl Runtime {
         ids: Option<&[u32]>,
         slot: usize,
         copy_logits: bool,
+        sampled: bool,
         timer: Option<&Timer>,
     ) -> wgpu::SubmissionIndex {
         let n = ids.map_or(1, |i| i.len()) as u32;
@@ -571,7 +580,7 @@ impl Runtime {
             });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             let program = if n == 1 { &self.decode } else { &self.prefill };
-            program.record(&mut pass, n, self.pos as u32);
+            program.record(&mut pass, n, self.pos as u32, sampled);
         }
         if let Some(t) = timer {
             enc.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);
@@ -611,7 +620,7 @@ impl Runtime {
         let chunks: Vec<&[u32]> = ids.chunks(self.max_batch).collect();
         let mut last = None;
         for (i, chunk) in chunks.iter().enumerate() {
-            last = Some(self.submit(Some(chunk), 0, i + 1 == chunks.len()));
+            last = Some(self.submit(Some(chunk), 0, i + 1 == chunks.len(), false));
         }
         let bytes = self.gpu.read_mapped_after(&self.readback, self.cfg.vocab as u64 * 4, last).await?;
         let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
@@ -621,15 +630,31 @@ impl Runtime {
         Ok(logits)
     }
 
-    /// Queue one greedy decode step whose token is chosen on the GPU (`first`: the token to
-    /// feed, when the CPU chose it). Returns the step's readback slot and submission.
-    pub fn submit_greedy(&mut self, first: Option<u32>, slot: usize) -> Result<wgpu::SubmissionIndex> {
+    /// Queue one decode step whose token is chosen on the GPU: by argmax, or (`sampled`) drawn
+    /// with the parameters of the last `set_sampling`. `first`: the token to feed, when the CPU
+    /// chose it. Returns the step's submission; its token lands in readback `slot`.
+    pub fn submit_token(&mut self, first: Option<u32>, slot: usize, sampled: bool) -> Result<wgpu::SubmissionIndex> {
         if let Some(t) = first {
             self.check_ids(&[t])?;
         } else if self.pos + 1 > self.context {
             return Err(Error::ContextOverflow { tokens: self.pos + 1, max_new: 0, context: self.context });
         }
-        Ok(self.submit(first.as_ref().map(std::slice::from_ref), slot, false))
+        Ok(self.submit(first.as_ref().map(std::slice::from_ref), slot, false, sampled))
+    }
+
+    /// The parameters of the GPU sampler for the next `submit_token(.., true)` steps, and the
+    /// context so far for its repetition penalty (the sampler adds each token it draws).
+    pub fn set_sampling(&mut self, p: &SamplingParams, history: &[u32]) -> Result<()> {
+        p.validate()?;
+        let layout = crate::model::sampling::SampleLayout::new(self.cfg.vocab);
+        let q = &self.gpu.queue;
+        q.write_buffer(&self.bufs.sample_params, 0, &crate::model::sampling::params_bytes(p));
+        q.write_buffer(
+            &self.bufs.sample_state,
+            layout.pen_offset_bytes(),
+            bytemuck::cast_slice(&layout.pen_bits(history)),
+        );
+        Ok(())
     }
 
     /// The token a greedy step put in `slot`.
@@ -645,7 +670,7 @@ impl Runtime {
             return Ok(None);
         }
         let timer = Timer::new(&self.gpu);
-        let sub = self.submit_timed(None, 0, false, Some(&timer));
+        let sub = self.submit_timed(None, 0, false, false, Some(&timer));
         let bytes = self.gpu.read_mapped_after(&timer.readback, 16, Some(sub)).await?;
         let t: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
         let ns = t[1].saturating_sub(t[0]) as f64 * self.gpu.queue.get_timestamp_period() as f64;
@@ -660,7 +685,7 @@ impl Runtime {
             return Ok(None);
         }
         let program = if n == 1 { &self.decode } else { &self.prefill };
-        let count = program.dispatches(n, self.pos) as u32 + 1;
+        let count = program.dispatches(n, self.pos, false) as u32 + 1;
         let qs = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
             label: Some("profile"),
             ty: wgpu::QueryType::Timestamp,
@@ -680,7 +705,7 @@ impl Runtime {
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         let kernels = {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            program.record_profiled(&mut pass, n as u32, self.pos as u32, &qs)
+            program.record_profiled(&mut pass, n as u32, self.pos as u32, false, &qs)
         };
         enc.resolve_query_set(&qs, 0..count, &resolve, 0);
         enc.copy_buffer_to_buffer(&resolve, 0, &readback, 0, size);
@@ -726,14 +751,19 @@ impl Runtime {
         self.decode_dispatches_at(self.pos)
     }
 
-    /// Dispatches of a decode step at cache position `pos`.
+    /// Dispatches of a greedy decode step at cache position `pos`.
     pub fn decode_dispatches_at(&self, pos: usize) -> usize {
-        self.decode.dispatches(1, pos)
+        self.decode.dispatches(1, pos, false)
+    }
+
+    /// Dispatches of a decode step whose token the GPU samples, at cache position `pos`.
+    pub fn sampled_dispatches_at(&self, pos: usize) -> usize {
+        self.decode.dispatches(1, pos, true)
     }
 
     /// Dispatches of a full prefill chunk.
     pub fn prefill_dispatches(&self) -> usize {
-        self.prefill.dispatches(self.max_batch, 0)
+        self.prefill.dispatches(self.max_batch, 0, false)
     }
 }
 
@@ -745,8 +775,8 @@ pub struct GenerateOptions {
     pub stop_ids: Option<Vec<u32>>,
     /// Report this many of the largest raw logits of the first generated position.
     pub top_logits: usize,
-    /// Sample greedy decoding on the CPU from read-back logits instead of on the GPU
-    /// (slower; for checking the GPU sampler).
+    /// Choose every token on the CPU from read-back logits (`sampler::Sampler`) instead of on
+    /// the GPU (slower: a readback a token and no pipelining; for checking the GPU sampler).
     pub cpu_sampling: bool,
 }
 

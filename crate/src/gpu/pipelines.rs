@@ -25,6 +25,7 @@ pub enum Kernel {
     AttnCombine,
     FfnAct,
     Argmax,
+    Sample,
 }
 
 #[derive(Clone, Copy)]
@@ -59,6 +60,7 @@ impl Kernel {
             Kernel::AttnCombine => (include_str!("../../../shaders/attn_combine.wgsl"), false, false),
             Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false, false),
             Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), false, false),
+            Kernel::Sample => (include_str!("../../../shaders/sample.wgsl"), false, false),
         };
         let merge = matches!(self, Kernel::AttnDecode | Kernel::AttnCombine);
         Source { body, weights, reduce, merge }
@@ -91,6 +93,15 @@ impl Kernel {
             Kernel::AttnCombine => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
             Kernel::FfnAct => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
+            Kernel::Sample => &[
+                Some(Read),
+                Some(ReadWrite),
+                Some(ReadWrite),
+                Some(ReadWrite),
+                Some(Uniform),
+                Some(Uniform),
+                Some(ReadWrite),
+            ],
         }
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, Kernel, Pipeline};
+use crate::model::sampling::{SampleLayout, PHASES};
 use crate::model::streamed::StreamedMatrix;
 use crate::model::weights::{GpuMatrix, ModelWeights};
 use crate::model::ModelConfig;
@@ -95,6 +96,15 @@ struct Op {
     bind: wgpu::BindGroup,
     grid: Grid,
     when: When,
+    /// `Some(sampled)`: recorded only in steps that choose their token greedily (`false`) or
+    /// by sampling (`true`); `None`: in both.
+    pick: Option<bool>,
+}
+
+impl Op {
+    fn runs(&self, t: u32, pos: u32, short_max: u32, sampled: bool) -> bool {
+        self.when.at(t, pos, short_max) && self.pick.is_none_or(|p| p == sampled)
+    }
 }
 
 /// Activations for up to `max_tokens` tokens per step, the KV cache and the rope table.
@@ -119,6 +129,10 @@ pub struct Buffers {
     pub logits: wgpu::Buffer,
     /// GPU-sampled token ids, one slot per in-flight step.
     pub tokens: wgpu::Buffer,
+    /// Sampling (model/sampling.rs): scratch with the penalty set, list lengths, parameters.
+    pub sample_state: wgpu::Buffer,
+    pub sample_counters: wgpu::Buffer,
+    pub sample_params: wgpu::Buffer,
     pub step: wgpu::Buffer,
     pub rope: wgpu::Buffer,
     /// Rope table of sliding-window layers when their frequencies differ (Gemma 3).
@@ -196,6 +210,9 @@ impl Buffers {
             // of each of its row ranges).
             logits: buf("logits", (cfg.vocab + 2 * (cfg.vocab / 4 + 64)) as u64 * f)?,
             tokens: buf("tokens", TOKEN_SLOTS as u64 * 4)?,
+            sample_state: buf("sample state", SampleLayout::new(cfg.vocab).words as u64 * 4)?,
+            sample_counters: buf("sample counters", 16)?,
+            sample_params: gpu.uniform("sample params", 32),
             rope: buf("rope", table.len() as u64 * 4)?,
             rope_local: local,
             kv_cap,
@@ -204,7 +221,7 @@ impl Buffers {
             bytes: 0,
         };
         gpu.queue.write_buffer(&b.rope, 0, bytemuck::cast_slice(&table));
-        Ok(Buffers { bytes: bytes + 16, ..b })
+        Ok(Buffers { bytes: bytes + 16 + 32, ..b })
     }
 }
 
@@ -256,9 +273,10 @@ pub struct Program {
 }
 
 impl Program {
-    /// Dispatches of a step of `t` tokens at cache position `pos`.
-    pub fn dispatches(&self, t: usize, pos: usize) -> usize {
-        self.ops.iter().filter(|o| o.when.at(t as u32, pos as u32, self.short_max)).count()
+    /// Dispatches of a step of `t` tokens at cache position `pos` (`sampled`: the token is
+    /// sampled on the GPU rather than chosen by argmax).
+    pub fn dispatches(&self, t: usize, pos: usize, sampled: bool) -> usize {
+        self.ops.iter().filter(|o| o.runs(t as u32, pos as u32, self.short_max, sampled)).count()
     }
 
     /// Record with a timestamp before the first dispatch and after each one (profiling);
@@ -268,10 +286,11 @@ impl Program {
         pass: &mut wgpu::ComputePass<'_>,
         n_tokens: u32,
         pos: u32,
+        sampled: bool,
         qs: &wgpu::QuerySet,
     ) -> Vec<&'static str> {
         pass.write_timestamp(qs, 0);
-        let ops: Vec<&Op> = self.ops.iter().filter(|o| o.when.at(n_tokens, pos, self.short_max)).collect();
+        let ops: Vec<&Op> = self.ops.iter().filter(|o| o.runs(n_tokens, pos, self.short_max, sampled)).collect();
         for (i, op) in ops.iter().enumerate() {
             let [x, y, z] = op.grid.dims(n_tokens, pos);
             pass.set_pipeline(&op.pipeline.pipeline);
@@ -283,8 +302,8 @@ impl Program {
     }
 
     /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos`.
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32) {
-        for op in self.ops.iter().filter(|o| o.when.at(n_tokens, pos, self.short_max)) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, sampled: bool) {
+        for op in self.ops.iter().filter(|o| o.runs(n_tokens, pos, self.short_max, sampled)) {
             let [x, y, z] = op.grid.dims(n_tokens, pos);
             pass.set_pipeline(&op.pipeline.pipeline);
             pass.set_bind_group(0, &op.bind, &[]);
@@ -300,6 +319,8 @@ struct Builder<'a> {
     step: &'a wgpu::Buffer,
     /// Which steps record the dispatches pushed now.
     when: When,
+    /// Greedy-only or sampled-only dispatches pushed now (`Op::pick`).
+    pick: Option<bool>,
     /// Set when a decode matvec would need more workgroup memory than the adapter has (wgpu
     /// does not check it natively; browsers refuse the pipeline).
     too_big: std::cell::Cell<Option<usize>>,
@@ -332,7 +353,7 @@ impl Builder<'_> {
             layout: &pipeline.layout,
             entries: &entries,
         });
-        self.ops.push(Op { label, pipeline, bind, grid, when: self.when });
+        self.ops.push(Op { label, pipeline, bind, grid, when: self.when, pick: self.pick });
     }
 
     /// How a decode matvec over rows of `k` elements of `layout` stages its activation vector in
@@ -571,7 +592,15 @@ pub fn build(
     context: usize,
     batched: bool,
 ) -> Result<Program> {
-    let mut p = Builder { gpu, cfg, ops: Vec::new(), step: &bf.step, when: When::Always, too_big: Default::default() };
+    let mut p = Builder {
+        gpu,
+        cfg,
+        ops: Vec::new(),
+        step: &bf.step,
+        when: When::Always,
+        pick: None,
+        too_big: Default::default(),
+    };
     // 16 splits at most (the kernel's MSPLITS); none for models too wide to gain.
     let mut short_max = (MERGE_MAX_VALUES / cfg.q_dim()).min(16) as u32 * 64;
     // Attention whose splits merge themselves needs neither (Vulkan, attn_decode.wgsl FUSED).
@@ -745,6 +774,7 @@ pub fn build(
     } else {
         p.lm_head(w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, true)
     };
+    p.pick = Some(false);
     p.push(
         "argmax",
         Kernel::Argmax,
@@ -752,6 +782,20 @@ pub fn build(
         &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)],
         Grid::Fixed(1),
     );
+    p.pick = Some(true);
+    let sl = SampleLayout::new(cfg.vocab);
+    for (phase, wide) in PHASES {
+        let grid = Grid::Fixed(if wide { sl.nw as u32 } else { 1 });
+        let bufs = [
+            (0, &bf.logits),
+            (1, &bf.ids),
+            (2, &bf.tokens),
+            (3, &bf.sample_state),
+            (4, &bf.sample_params),
+            (6, &bf.sample_counters),
+        ];
+        p.push("sample", Kernel::Sample, &sl.consts(phase), &bufs, grid);
+    }
     gpu.check().map_err(|e| Error::Gpu(format!("building the forward pass: {e}")))?;
     if let Some(bytes) = p.too_big.get() {
         return Err(Error::Limits(format!(

@@ -4,6 +4,7 @@ pub mod config;
 pub mod forward;
 pub mod hf;
 pub mod hf_config;
+pub mod sampling;
 pub mod streamed;
 pub mod weights;
 

@@ -1,0 +1,111 @@
+//! Sampling on the GPU (shaders/sample.wgsl): the scratch layout its phases share, their
+//! override constants and grids, and the per-generation parameters. The decode step records the
+//! seven phases after the LM head in place of greedy's argmax, so a sampled decode stays one
+//! submit a token with one id read back, pipelined like greedy.
+
+use crate::sampler::SamplingParams;
+
+/// Tokens per workgroup of the phases that split the vocabulary (sample.wgsl CHUNK).
+pub const CHUNK: usize = 4096;
+/// Histogram bins (sample.wgsl BINS).
+const BINS: usize = 256;
+/// Largest list of tokens gathered from one bin (sample.wgsl CAP; two lists are sorted in
+/// 4 KiB of workgroup memory each).
+const CAP: usize = 512;
+const HDR: usize = 16;
+/// Phases, in order (sample.wgsl PHASE), and whether each runs over the vocabulary (NW
+/// workgroups) or in one workgroup.
+pub const PHASES: [(u32, bool); 7] = [(1, true), (2, true), (3, false), (4, true), (5, false), (6, true), (7, false)];
+
+/// Word offsets of the scratch buffer's parts, for a vocabulary of `vocab` tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleLayout {
+    pub vocab: usize,
+    /// Workgroups of the vocabulary-wide phases.
+    pub nw: usize,
+    pen: usize,
+    wmax: usize,
+    hist: usize,
+    cum: usize,
+    hdr: usize,
+    list: usize,
+    draw: usize,
+    /// Words of the whole buffer.
+    pub words: usize,
+}
+
+impl SampleLayout {
+    pub fn new(vocab: usize) -> SampleLayout {
+        let nw = vocab.div_ceil(CHUNK).max(1);
+        let pen = 0;
+        let wmax = pen + vocab.div_ceil(32);
+        let hist = wmax + nw;
+        let cum = hist + nw * BINS * 2;
+        let hdr = cum + BINS;
+        let list = hdr + HDR;
+        let draw = list + 2 * CAP * 2;
+        let words = draw + nw * 2;
+        SampleLayout { vocab, nw, pen, wmax, hist, cum, hdr, list, draw, words }
+    }
+
+    /// Override constants of phase `phase`.
+    pub fn consts(&self, phase: u32) -> Vec<(&'static str, f64)> {
+        vec![
+            ("PHASE", phase as f64),
+            ("V", self.vocab as f64),
+            ("NW", self.nw as f64),
+            ("CAP", CAP as f64),
+            ("OFF_PEN", self.pen as f64),
+            ("OFF_WMAX", self.wmax as f64),
+            ("OFF_HIST", self.hist as f64),
+            ("OFF_CUM", self.cum as f64),
+            ("OFF_HDR", self.hdr as f64),
+            ("OFF_LIST", self.list as f64),
+            ("OFF_DRAW", self.draw as f64),
+        ]
+    }
+
+    /// Byte offset of the penalty set (one bit a token) in the scratch buffer.
+    pub fn pen_offset_bytes(&self) -> u64 {
+        self.pen as u64 * 4
+    }
+
+    /// The penalty set of a context: bit t of word t / 32 for every token t in `history`.
+    pub fn pen_bits(&self, history: &[u32]) -> Vec<u32> {
+        let mut bits = vec![0u32; self.vocab.div_ceil(32)];
+        for &t in history.iter().filter(|&&t| (t as usize) < self.vocab) {
+            bits[t as usize / 32] |= 1 << (t % 32);
+        }
+        bits
+    }
+}
+
+/// The phases' uniform parameters (sample.wgsl `Params`), 32 bytes.
+pub fn params_bytes(p: &SamplingParams) -> [u8; 32] {
+    let greedy = p.is_greedy();
+    let mut flags = 0u32;
+    if p.repetition_penalty != 1.0 {
+        flags |= 1;
+    }
+    if p.top_k > 0 {
+        flags |= 2;
+    }
+    if p.top_p < 1.0 {
+        flags |= 4;
+    }
+    if greedy {
+        flags |= 8;
+    }
+    let min_d = if p.min_p > 0.0 { -(p.min_p as f64).ln() as f32 } else { 3.4e38 };
+    let words: [u32; 8] = [
+        (if greedy { 0.0 } else { 1.0 / p.temperature }).to_bits(),
+        p.top_p.to_bits(),
+        min_d.to_bits(),
+        p.repetition_penalty.to_bits(),
+        p.top_k.min(u32::MAX as usize) as u32,
+        p.seed as u32,
+        (p.seed >> 32) as u32,
+        flags,
+    ];
+    bytemuck::cast(words)
+}
