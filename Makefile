@@ -13,6 +13,8 @@
 #   make pkg        build the browser npm package into pkg/ (wasm-bindgen + wasm-opt)
 #   make demo       (also) serves the browser chat demo on http://localhost:$(DEMO_PORT)/
 #   make test-browser  headless-Chromium (SwiftShader WebGPU) tests of pkg/
+#   make bench-browser prepare the GPU machine's browser benchmark (scripts/gpu-browser/README.md;
+#                   BASE=<revision> also packs that revision's binary for an A/B)
 #   make clean      cargo clean
 
 FERROLM_CACHE ?= $(HOME)/.cache/ferrolm
@@ -27,10 +29,10 @@ DEMO_PORT ?= 8080
 NODE    ?= node
 NPM     ?= npm
 
-.PHONY: help setup model tokenizers test-models build demo test fixtures clean pkg test-browser serve
+.PHONY: help setup model tokenizers test-models bench-browser build demo test fixtures clean pkg test-browser serve
 
 help:
-	@sed -n '3,15s/^# \{0,1\}//p' Makefile
+	@sed -n '3,18s/^# \{0,1\}//p' Makefile
 
 setup:
 	scripts/setup.sh
@@ -71,6 +73,18 @@ test: setup model tokenizers test-models
 test-browser: model test-models pkg
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
 	cd tests/browser && FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
+
+# Carried to the GPU machine by the device tool: the binary (xz), pkg/, Chromium in 30 MiB parts.
+bench-browser: build pkg
+	mkdir -p .bench
+	xz -T0 -6 -c $(BIN) > .bench/ferrolm.xz
+	if [ -n "$(BASE)" ]; then \
+	  rm -rf .bench/base && git worktree add -f .bench/base $(BASE) && \
+	  (cd .bench/base && CARGO_TARGET_DIR=$(abspath .bench/base-target) $(CARGO) build --release) && \
+	  xz -T0 -6 -c .bench/base-target/release/ferrolm > .bench/ferrolm-base.xz && \
+	  git worktree remove --force .bench/base; fi
+	[ -f .bench/chr/chrextra.tar.xz ] || scripts/gpu-browser/fetch-chromium.sh .bench/chr 26
+	@echo "now the two device commands of scripts/gpu-browser/README.md"
 
 fixtures: model tokenizers
 	$(PYTHON) tests/scripts/make_model_fixtures.py --model "$(MODEL)" --out $(FIXTURES)

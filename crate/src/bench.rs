@@ -1,10 +1,11 @@
 //! `ferrolm bench`: prefill and decode speed of a loaded model, measured the way the engine
-//! runs (one submit per step, GPU argmax, pipelined token readback), medians over repetitions.
+//! runs (one submit per step, the token chosen on the GPU by argmax or sampling, pipelined token
+//! readback), medians over repetitions.
 
 use crate::engine::{now_ms, Engine};
 use crate::error::{Error, Result};
 use crate::model::forward::TOKEN_SLOTS;
-use crate::sampler::Rng;
+use crate::sampler::{Rng, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
@@ -13,6 +14,8 @@ pub struct BenchOptions {
     /// Context already in the KV cache when decoding starts (default: `prompt_len`).
     pub depth: Option<usize>,
     pub reps: usize,
+    /// Decode by sampling on the GPU with these parameters (`None`: greedy).
+    pub sampling: Option<SamplingParams>,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -21,6 +24,7 @@ pub struct BenchReport {
     pub gen: usize,
     pub depth: usize,
     pub reps: usize,
+    pub sampling: Option<SamplingParams>,
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
     pub ms_per_token: f64,
@@ -69,15 +73,24 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
     let prompt: Vec<u32> = (0..o.prompt_len).map(|_| (rng.next_u64() % vocab) as u32).collect();
     let fill: Vec<u32> = (0..depth).map(|_| (rng.next_u64() % vocab) as u32).collect();
 
-    // Decoding `gen` greedy tokens from `start` with the GPU choosing each one.
-    async fn decode(rt: &mut crate::engine::Runtime, start: usize, first: u32, gen: usize) -> Result<f64> {
+    // Decoding `gen` tokens from `start` with the GPU choosing each one.
+    async fn decode(
+        rt: &mut crate::engine::Runtime,
+        start: usize,
+        first: u32,
+        gen: usize,
+        sampling: &Option<SamplingParams>,
+    ) -> Result<f64> {
         rt.pos = start;
         let t0 = now_ms();
+        if let Some(p) = sampling {
+            rt.set_sampling(p, &[first])?;
+        }
         let mut inflight = std::collections::VecDeque::new();
         let mut feed = Some(first);
         for i in 0..gen {
             let slot = i % TOKEN_SLOTS;
-            inflight.push_back((slot, rt.submit_token(feed.take(), slot, false)?));
+            inflight.push_back((slot, rt.submit_token(feed.take(), slot, sampling.is_some())?));
             if inflight.len() > 2 {
                 let (s, sub) = inflight.pop_front().unwrap();
                 rt.read_token(s, sub).await?;
@@ -92,7 +105,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
     // Warm-up: compile caches, first-touch allocations, clocks.
     rt.pos = 0;
     rt.forward(&prompt).await?;
-    decode(rt, o.prompt_len, 1, 8.min(o.gen)).await?;
+    decode(rt, o.prompt_len, 1, 8.min(o.gen), &o.sampling).await?;
 
     let (mut pre, mut dec, mut gpu) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.reps {
@@ -104,7 +117,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
             rt.pos = 0;
             rt.forward(&fill).await?;
         }
-        dec.push(decode(rt, depth, 1, o.gen).await?);
+        dec.push(decode(rt, depth, 1, o.gen, &o.sampling).await?);
         rt.pos = depth;
         if let Some(ms) = rt.time_decode_step().await? {
             gpu.push(ms);
@@ -125,13 +138,18 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         gen: o.gen,
         depth,
         reps: o.reps,
+        sampling: o.sampling.clone(),
         prefill_tok_s: o.prompt_len as f64 / (p / 1e3),
         decode_tok_s,
         ms_per_token: d / o.gen as f64,
         prefill_ms: pre,
         decode_ms: dec,
         // The median step's (a cache past the model's short-merge depth takes one more a layer).
-        dispatches_per_token: rt.decode_dispatches_at(depth + o.gen / 2),
+        dispatches_per_token: if o.sampling.is_some() {
+            rt.sampled_dispatches_at(depth + o.gen / 2)
+        } else {
+            rt.decode_dispatches_at(depth + o.gen / 2)
+        },
         prefill_dispatches_per_chunk: rt.prefill_dispatches(),
         submits_per_token: 1,
         readbacks_per_token: 1,

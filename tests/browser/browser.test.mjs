@@ -11,6 +11,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -386,6 +387,35 @@ test('a real Q4_K_M mix (Q4_K, Q6_K, Q5_0 and Q8_0 fallbacks; a 160 MiB embeddin
     assert.ok(got.has(id), `top-10 id ${id} missing: ${JSON.stringify(r.value.top)}`);
     assert.ok(Math.abs(got.get(id) - want) < 0.1, `logit ${id}: ${got.get(id)} vs ${want}`);
   }
+});
+
+test('sampling runs on the GPU: the same seed gives the native CLI's tokens; a repetition penalty matches too', async () => {
+  // The native run takes the kernels browsers run (f32 activations, no subgroups, the split
+  // attention merged in its own dispatch), so both sample from the same logits.
+  const bin = path.join(root, 'target/release/ferrolm');
+  assert.ok(fs.existsSync(bin), `${bin} missing (cargo build --release)`);
+  const ids = CASE.short_question.prompt_ids;
+  const opts = [
+    { cli: ['--temperature', '0.8', '--top-p', '0.9', '--top-k', '50', '--seed', '5'], js: { temperature: 0.8, topP: 0.9, topK: 50, seed: 5 } },
+    { cli: ['--repetition-penalty', '1.3'], js: { repetitionPenalty: 1.3 } },
+  ];
+  const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_IDOT: '1', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
+  const native = opts.map((o) => {
+    const out = execFileSync(bin, ['generate', '--model', MODEL, '--prompt-ids', ids.join(','), '--max-tokens', String(NTOK), '--json', ...o.cli], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    return JSON.parse(out.trim().split('\n').at(-1)).tokens;
+  });
+  const r = await inPage(page, async ({ ids, opts, ntok }) => {
+    const out = [];
+    for (const o of opts) {
+      const t = [];
+      for await (const c of window.workerEngine.generate({ tokens: ids }, { maxTokens: ntok, ...o.js })) t.push(c.token);
+      out.push(t);
+    }
+    return out;
+  }, { ids, opts, ntok: NTOK });
+  assert.ok(r.ok, r.message);
+  log('sampled: browser', JSON.stringify(r.value), 'native', JSON.stringify(native));
+  assert.deepEqual(r.value, native);
 });
 
 test('abort via AbortSignal stops promptly; concurrent generations queue; break cancels', async () => {

@@ -46,6 +46,9 @@ enum Cmd {
         depth: Option<usize>,
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// Decode sampling on the GPU with these options (greedy argmax without them).
+        #[command(flatten)]
+        sampling: SamplingArgs,
         #[arg(long)]
         json: bool,
     },
@@ -111,6 +114,16 @@ struct SamplingArgs {
 }
 
 impl SamplingArgs {
+    /// Whether any sampling option was given.
+    fn any(&self) -> bool {
+        self.temperature.is_some()
+            || self.top_k.is_some()
+            || self.top_p.is_some()
+            || self.min_p.is_some()
+            || self.repetition_penalty.is_some()
+            || self.seed.is_some()
+    }
+
     fn params(&self, default: SamplingParams) -> SamplingParams {
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
@@ -178,7 +191,11 @@ fn main() {
         Cmd::Chat(a) => chat(a),
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
         Cmd::Inspect { model, json } => inspect(&model, json),
-        Cmd::Bench { model, prompt_len, gen, depth, reps, json } => bench(&model, prompt_len, gen, depth, reps, json),
+        Cmd::Bench { model, prompt_len, gen, depth, reps, sampling, json } => {
+            let sampling = sampling.any().then(|| sampling.params(SamplingParams { seed: 1, ..Default::default() }));
+            let o = ferrolm::bench::BenchOptions { prompt_len, gen, depth, reps, sampling };
+            bench(&model, &o, json)
+        }
         Cmd::MakeGguf { shape, ty, out, tokenizer_from, seed, layers } => {
             make_gguf(&shape, &ty, &out, tokenizer_from, seed, layers)
         }
@@ -204,12 +221,11 @@ fn load(m: &ModelArgs, quiet: bool) -> Result<Engine> {
     block_on(Engine::load_path(std::path::Path::new(&m.model), &opts, &mut progress))
 }
 
-fn bench(model: &str, prompt_len: usize, gen: usize, depth: Option<usize>, reps: usize, json: bool) -> Result<()> {
-    let o = ferrolm::bench::BenchOptions { prompt_len, gen, depth, reps };
-    let ctx = ferrolm::bench::context_needed(&o);
-    let opts = LoadOptions { context_length: Some(ctx), max_batch: prompt_len.clamp(1, 512), ..Default::default() };
+fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()> {
+    let ctx = ferrolm::bench::context_needed(o);
+    let opts = LoadOptions { context_length: Some(ctx), max_batch: o.prompt_len.clamp(1, 512), ..Default::default() };
     let mut engine = block_on(Engine::load_path(std::path::Path::new(model), &opts, &mut |_, _, _| {}))?;
-    let r = block_on(ferrolm::bench::run(&mut engine, &o))?;
+    let r = block_on(ferrolm::bench::run(&mut engine, o))?;
     if json {
         println!("{}", serde_json::json!(r));
     } else {
@@ -221,8 +237,9 @@ fn bench(model: &str, prompt_len: usize, gen: usize, depth: Option<usize>, reps:
         );
         println!("prefill pp{}: {:.0} tok/s", r.prompt_len, r.prefill_tok_s);
         println!(
-            "decode tg{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step)",
+            "decode tg{}{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step)",
             r.gen,
+            if r.sampling.is_some() { " sampled" } else { "" },
             r.depth,
             r.decode_tok_s,
             r.ms_per_token,

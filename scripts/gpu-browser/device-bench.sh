@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# On the GPU machine (the device tool runs this in the repository root; see README.md): native
+# `ferrolm bench` greedy and sampled beside the npm package in headless Chromium, same card, same
+# files, one command. Prints the summary and leaves native.jsonl, browser.jsonl and chrome.log in
+# OUTDIR.
+#   scripts/gpu-browser/device-bench.sh OUTDIR [SHAPES] [REPS]
+#     SHAPES  make-gguf shapes, comma-separated (default smollm2-135m,llama-3.2-1b,phi-3-mini), Q4_0
+#   Carried: .gl (Vulkan loader debs), .bench/ferrolm.xz (release binary), optional
+#   .bench/ferrolm-base.xz (a baseline binary: its greedy rows run too, for an A/B in the same
+#   command), pkg/ (make pkg), and the Chromium parts (.bench/chr: fetch-chromium.sh), those that
+#   do not fit this command's 64 MiB carried and copied to ~/chrparts by an earlier command.
+set -uo pipefail
+out=$(realpath -m "$1"); shapes=${2:-smollm2-135m,llama-3.2-1b,phi-3-mini}; reps=${3:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+bins=(new)
+xz -dc .bench/ferrolm.xz > /tmp/ferrolm-new && chmod +x /tmp/ferrolm-new
+if [ -f .bench/ferrolm-base.xz ]; then xz -dc .bench/ferrolm-base.xz > /tmp/ferrolm-base && chmod +x /tmp/ferrolm-base && bins+=(base); fi
+www=$HOME/www
+mkdir -p "$www"
+cp -r pkg "$www/" && cp "$here/bench.html" "$www/"
+models=()
+for s in ${shapes//,/ }; do
+  f=$s.q4_0.gguf
+  [ -f "$www/$f" ] || /tmp/ferrolm-new make-gguf --shape "$s" --type q4_0 --out "$www/$f" > /dev/null
+  models+=("$f")
+done
+tag() { python3 -c 'import json,sys; [print(json.dumps({**json.loads(l), "binary": sys.argv[1]})) for l in sys.stdin if l.startswith("{")]' "$1"; }
+: > "$out/native.jsonl"
+for f in "${models[@]}"; do
+  for b in "${bins[@]}"; do
+    /tmp/ferrolm-$b bench --model "$www/$f" --prompt-len 512 --gen 128 --reps "$reps" --json | tag "$b" >> "$out/native.jsonl"
+  done
+  /tmp/ferrolm-new bench --model "$www/$f" --prompt-len 512 --gen 128 --reps "$reps" --temperature 0.7 --top-p 0.9 --seed 1 --json \
+    | tag new >> "$out/native.jsonl"
+done
+list=$(IFS=,; echo "${models[*]}")
+mkdir -p ~/chrparts && cp .bench/chr/chr.a* ~/chrparts/ 2>/dev/null
+"$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
+  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=greedy,sampled" "$out" 420
+python3 "$here/summarize.py" "$out" | tee "$out/summary.txt"

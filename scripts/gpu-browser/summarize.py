@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Summary of one browser-bench run: OUTDIR/native.jsonl (`ferrolm bench --json` lines, one per
+model and mode) beside OUTDIR/browser.jsonl (bench.html posts). One line per model and mode with
+prefill and decode tok/s natively and in Chromium (medians over the reps; the browser's first run
+is warm-up), the browser/native ratios, sampled/greedy, and the bytes a load downloaded."""
+import json, os, statistics as st, sys
+
+d = sys.argv[1]
+
+
+def lines(name):
+    p = os.path.join(d, name)
+    for l in open(p) if os.path.exists(p) else []:
+        try:
+            yield json.loads(l)
+        except ValueError:
+            pass
+
+
+native = {}
+for j in lines("native.jsonl"):
+    model = j["model"]["source"].split("/")[-1]
+    mode = "sampled" if j.get("sampling") else "greedy"
+    native[(model, mode, j.get("binary", "new"))] = j
+browser = {}
+for j in lines("browser.jsonl"):
+    if "error" in j:
+        print("ERROR", j["error"][:400])
+    elif "adapter" in j:
+        a = j["adapter"]
+        print("browser:", j.get("userAgent", "?"), "| adapter", a.get("vendor"), a.get("architecture"),
+              "| subgroups", "subgroups" in a.get("features", []), "| shader-f16", "shader-f16" in a.get("features", []))
+    elif "runs" in j:
+        browser[(j["model"], j["mode"])] = j
+
+print(f"{'model':28s} {'mode':8s} {'native pp':>10s} {'native tg':>10s} {'browser pp':>11s} {'browser tg':>11s} {'tg range':>13s} {'b/n pp':>7s} {'b/n tg':>7s} {'samp/greedy n|b':>16s} {'disp n|b':>9s} {'dl':>6s}")
+for (model, mode, binary), n in sorted(native.items()):
+    if binary != "new":
+        print(f"{model:28s} {mode:8s} {n['prefill_tok_s']:10.0f} {n['decode_tok_s']:10.1f}   (binary {binary})")
+        continue
+    b = browser.get((model, mode))
+    row = f"{model:28s} {mode:8s} {n['prefill_tok_s']:10.0f} {n['decode_tok_s']:10.1f}"
+    ratio = ""
+    g = native.get((model, "greedy", "new"))
+    if b:
+        runs = b["runs"][1:] or b["runs"]
+        pp = st.median(r["stats"]["prefill_tok_s"] for r in runs)
+        tg = st.median(r["stats"]["decode_tok_s"] for r in runs)
+        lo, hi = min(r["stats"]["decode_tok_s"] for r in runs), max(r["stats"]["decode_tok_s"] for r in runs)
+        ld = b["info"]["load"]
+        disp = runs[0]["stats"].get("dispatches_per_token")
+        row += f" {pp:11.0f} {tg:11.1f} {lo:6.0f}-{hi:<6.0f} {pp / n['prefill_tok_s']:7.2f} {tg / n['decode_tok_s']:7.2f}"
+        bg = browser.get((model, "greedy"))
+        if mode == "sampled" and g and bg:
+            bgt = st.median(r["stats"]["decode_tok_s"] for r in (bg["runs"][1:] or bg["runs"]))
+            ratio = f"{n['decode_tok_s'] / g['decode_tok_s']:.2f}|{tg / bgt:.2f}"
+        row += f" {ratio:>16s} {n['dispatches_per_token']:>4}|{disp}  {ld['downloadedBytes'] / ld['size']:.2f}x"
+    elif mode == "sampled" and g:
+        row += f" {'':11s} {'':11s} {'':13s} {'':7s} {'':7s} {n['decode_tok_s'] / g['decode_tok_s']:16.2f}"
+    print(row)
