@@ -9,6 +9,8 @@
 #     DIR    where the files go (about 1 GB each for the 1B shape; removed after each bench)
 #     TYPES  default: every type make-gguf writes but f16
 #   BENCH_ARGS  extra bench arguments (default: --prompt-len 512 --gen 128 --reps 3)
+#   TOKENIZER   GGUF whose vocabulary the files borrow (default: the tiny test fixture; the bench
+#               feeds token ids, so any vocabulary will do)
 set -euo pipefail
 BIN=$1 SHAPE=$2 DIR=$3
 shift 3
@@ -19,7 +21,8 @@ fi
 mkdir -p "$DIR"
 for ty in "${TYPES[@]}"; do
   f="$DIR/$SHAPE.$ty.gguf"
-  "$BIN" make-gguf --shape "$SHAPE" --type "$ty" --out "$f" >&2
+  "$BIN" make-gguf --shape "$SHAPE" --type "$ty" --out "$f" \
+    --tokenizer-from "${TOKENIZER:-tests/fixtures/tokenizer/spm_tiny.gguf}" >&2
   # shellcheck disable=SC2086
   line=$("$BIN" bench --model "$f" ${BENCH_ARGS:---prompt-len 512 --gen 128 --reps 3} --json | tail -n 1)
   echo "{\"type\":\"$ty\",\"shape\":\"$SHAPE\",\"file_bytes\":$(stat -c %s "$f"),\"bench\":$line}"

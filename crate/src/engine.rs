@@ -460,6 +460,16 @@ impl Engine {
         Ok(Some(TokenEvent { token: id, text, stop: false }))
     }
 
+    /// Dispatches of one of this generation's decode steps (sampling on the GPU takes more than
+    /// argmax), for its stats.
+    pub fn dispatches_of(&self, g: &Generation) -> usize {
+        if g.gpu && g.gpu_sampled {
+            self.rt.sampled_dispatches_at(self.rt.pos)
+        } else {
+            self.rt.decode_dispatches()
+        }
+    }
+
     /// Stop a generation early (the caller broke out of its loop).
     pub fn cancel(&mut self, g: &mut Generation) {
         if g.stop_reason.is_none() {
@@ -482,7 +492,7 @@ impl Engine {
                 break;
             }
         }
-        Ok(g.result(self.rt.decode_dispatches()))
+        Ok(g.result(self.dispatches_of(&g)))
     }
 }
 

@@ -2,6 +2,7 @@
 //! metadata (`<arch>.*` keys). Architectures differ only in these flags, never in code paths.
 
 use crate::error::{Error, Result};
+use crate::model::bounds;
 use crate::weights::gguf::GgufFile;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -80,20 +81,30 @@ pub enum RopeDynamic {
 /// Gemma 2 alternates starting with a sliding layer, Gemma 3 has (pattern - 1) sliding layers
 /// per full one, Mistral-style files slide everywhere when they name a window.
 fn gguf_sliding_layers(g: &GgufFile, arch: &str, n_layers: usize) -> Result<Vec<bool>> {
-    let window = g.get_u64(&format!("{arch}.attention.sliding_window"))?.unwrap_or(0);
+    let window = count(g, &format!("{arch}.attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0);
     if window == 0 {
         return Ok(vec![false; n_layers]);
     }
     let pattern = match arch {
         "gemma2" => 2,
-        "gemma3" => g.get_u64(&format!("{arch}.attention.sliding_window_pattern"))?.unwrap_or(6) as usize,
+        "gemma3" => count(g, &format!("{arch}.attention.sliding_window_pattern"), bounds::PATTERN)?.unwrap_or(6),
         _ => 0,
     };
     Ok((0..n_layers).map(|il| pattern == 0 || il % pattern < pattern - 1).collect())
 }
 
-fn need(g: &GgufFile, key: &str) -> Result<u64> {
-    g.get_u64(key)?.ok_or_else(|| Error::Model(format!("{}: missing metadata key {key}", g.name)))
+fn need(g: &GgufFile, key: &str, range: bounds::Ints) -> Result<usize> {
+    count(g, key, range)?.ok_or_else(|| Error::Model(format!("{}: missing metadata key {key}", g.name)))
+}
+
+/// An integer key, if present, inside `range` (`bounds`).
+fn count(g: &GgufFile, key: &str, range: bounds::Ints) -> Result<Option<usize>> {
+    g.get_u64(key)?.map(|v| bounds::int(&g.name, key, v, range)).transpose()
+}
+
+/// A real key, if present, checked by `check` (one of `bounds`' functions).
+fn real(g: &GgufFile, key: &str, check: fn(&str, &str, f64) -> Result<f64>) -> Result<Option<f64>> {
+    g.get_f64(key)?.map(|v| check(&g.name, key, v)).transpose()
 }
 
 impl ModelConfig {
@@ -116,28 +127,31 @@ impl ModelConfig {
         };
         let gemma = arch.starts_with("gemma");
         let k = |s: &str| format!("{arch}.{s}");
-        let n_layers = need(g, &k("block_count"))? as usize;
-        let hidden = need(g, &k("embedding_length"))? as usize;
-        let n_heads = need(g, &k("attention.head_count"))? as usize;
-        let n_kv_heads = g.get_u64(&k("attention.head_count_kv"))?.unwrap_or(n_heads as u64) as usize;
-        let ffn = need(g, &k("feed_forward_length"))? as usize;
+        let n_layers = need(g, &k("block_count"), bounds::LAYERS)?;
+        let hidden = need(g, &k("embedding_length"), bounds::HIDDEN)?;
+        let n_heads = need(g, &k("attention.head_count"), bounds::HEADS)?;
+        let n_kv_heads = count(g, &k("attention.head_count_kv"), bounds::HEADS)?.unwrap_or(n_heads);
+        let ffn = need(g, &k("feed_forward_length"), bounds::FFN)?;
         if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
             return Err(Error::Model(format!(
                 "{}: {n_heads} attention heads with {n_kv_heads} KV heads and hidden size {hidden} do not fit together",
                 g.name
             )));
         }
-        let head_dim = g.get_u64(&k("attention.key_length"))?.map(|v| v as usize).unwrap_or(hidden / n_heads.max(1));
+        let head_dim = count(g, &k("attention.key_length"), bounds::HEAD_DIM)?.unwrap_or(hidden / n_heads);
         let vocab = match g.get_u64(&k("vocab_size"))? {
-            Some(v) => v as usize,
-            None => g.get_array("tokenizer.ggml.tokens")?.map(|a| a.len()).unwrap_or(0),
+            Some(v) => bounds::int(&g.name, &k("vocab_size"), v, bounds::VOCAB)?,
+            None => match g.get_array("tokenizer.ggml.tokens")? {
+                Some(a) => bounds::int(&g.name, "tokenizer.ggml.tokens (count)", a.len() as u64, bounds::VOCAB)?,
+                None => 0,
+            },
         };
-        let rope_dim = g.get_u64(&k("rope.dimension_count"))?.map(|v| v as usize).unwrap_or(head_dim);
-        let rope_theta = g.get_f64(&k("rope.freq_base"))?.unwrap_or(10000.0);
-        let rms_eps = g.get_f64(&k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5) as f32;
-        let context_train = g.get_u64(&k("context_length"))?.unwrap_or(4096) as usize;
+        let rope_dim = count(g, &k("rope.dimension_count"), bounds::ROPE_DIM)?.unwrap_or(head_dim);
+        let rope_theta = real(g, &k("rope.freq_base"), bounds::positive)?.unwrap_or(10000.0);
+        let rms_eps = real(g, &k("attention.layer_norm_rms_epsilon"), bounds::epsilon)?.unwrap_or(1e-5) as f32;
+        let context_train = count(g, &k("context_length"), bounds::POSITIONS)?.unwrap_or(4096);
         let rope_linear_scale = match g.get_str(&k("rope.scaling.type"))? {
-            Some("linear") => g.get_f64(&k("rope.scaling.factor"))?.unwrap_or(1.0),
+            Some("linear") => real(g, &k("rope.scaling.factor"), bounds::positive)?.unwrap_or(1.0),
             _ => 1.0,
         };
         if rope_linear_scale <= 0.0 || !rope_linear_scale.is_finite() || rope_theta <= 0.0 || !rope_theta.is_finite() {
@@ -164,7 +178,7 @@ impl ModelConfig {
             rope_freq_factors: None,
             rope_inv: None,
             rope_local_inv: None,
-            rope_attn_factor: g.get_f64(&k("rope.scaling.attn_factor"))?.unwrap_or(1.0),
+            rope_attn_factor: real(g, &k("rope.scaling.attn_factor"), bounds::positive)?.unwrap_or(1.0),
             // Filled by the loader for Phi-3 files with both `rope_factors_*` tensors.
             rope_dynamic: None,
             // llama.cpp's converter already added Gemma's 1 to the norm weights.
@@ -172,11 +186,11 @@ impl ModelConfig {
             embed_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
             gelu: gemma,
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
-            attn_softcap: g.get_f64(&k("attn_logit_softcapping"))?.unwrap_or(0.0) as f32,
-            final_softcap: g.get_f64(&k("final_logit_softcapping"))?.unwrap_or(0.0) as f32,
+            attn_softcap: real(g, &k("attn_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
+            final_softcap: real(g, &k("final_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             qk_norm: matches!(arch.as_str(), "qwen3" | "gemma3"),
             post_norms: gemma,
-            sliding_window: g.get_u64(&k("attention.sliding_window"))?.unwrap_or(0) as usize,
+            sliding_window: count(g, &k("attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0),
             layer_sliding: gguf_sliding_layers(g, &arch, n_layers)?,
             rope_linear_scale,
             // Biases are where the file has them (llama.cpp writes whichever the model had).
@@ -189,7 +203,7 @@ impl ModelConfig {
         if arch == "gemma3" {
             // Gemma 3's local layers rotate with their own base and no scaling (llama.cpp: 10000
             // unless the file says otherwise); the global ones use freq_base and the scale.
-            let local_base = g.get_f64(&k("rope.freq_base_swa"))?.unwrap_or(10000.0);
+            let local_base = real(g, &k("rope.freq_base_swa"), bounds::positive)?.unwrap_or(10000.0);
             cfg.rope_local_inv =
                 Some((0..cfg.rope_dim / 2).map(|i| local_base.powf(-(2.0 * i as f64) / cfg.rope_dim as f64)).collect());
         }

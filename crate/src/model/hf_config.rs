@@ -6,6 +6,7 @@
 //! Rope inverse frequencies follow transformers' `ROPE_INIT_FUNCTIONS`, evaluated in f64.
 
 use crate::error::{Error, Result};
+use crate::model::bounds;
 use serde_json::{Map, Value};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,12 +97,19 @@ impl<'a> Obj<'a> {
     fn u64(&self, k: &str) -> Result<Option<u64>> {
         self.get(k).map(|v| v.as_u64().ok_or_else(|| bad(k, "a non-negative integer", v))).transpose()
     }
-    fn need(&self, k: &str) -> Result<usize> {
-        let v = self.u64(k)?.ok_or_else(|| Error::Model(format!("config.json: missing {k}")))?;
-        usize::try_from(v).map_err(|_| bad(k, "a smaller integer", &Value::from(v)))
+    /// A count inside `range` (`bounds`), if set.
+    fn count(&self, k: &str, range: bounds::Ints) -> Result<Option<usize>> {
+        self.u64(k)?.map(|v| bounds::int("config.json", k, v, range)).transpose()
+    }
+    fn need(&self, k: &str, range: bounds::Ints) -> Result<usize> {
+        self.count(k, range)?.ok_or_else(|| Error::Model(format!("config.json: missing {k}")))
     }
     fn f64(&self, k: &str) -> Result<Option<f64>> {
         self.get(k).map(|v| v.as_f64().ok_or_else(|| bad(k, "a number", v))).transpose()
+    }
+    /// A real number checked by `check` (one of `bounds`' functions), if set.
+    fn real(&self, k: &str, check: fn(&str, &str, f64) -> Result<f64>) -> Result<Option<f64>> {
+        self.f64(k)?.map(|v| check("config.json", k, v)).transpose()
     }
     fn str(&self, k: &str) -> Result<Option<&'a str>> {
         self.get(k).map(|v| v.as_str().ok_or_else(|| bad(k, "a string", v))).transpose()
@@ -170,17 +178,19 @@ impl HfConfig {
         let model_type = o.str("model_type")?.unwrap_or("").to_string();
         let family = model_type.trim_end_matches("_text");
         let gemma = family.starts_with("gemma");
-        let hidden_size = o.need("hidden_size")?;
-        let num_attention_heads = o.need("num_attention_heads")?;
-        let num_key_value_heads = o.u64("num_key_value_heads")?.map_or(num_attention_heads, |v| v as usize);
-        let num_hidden_layers = o.need("num_hidden_layers")?;
+        let hidden_size = o.need("hidden_size", bounds::HIDDEN)?;
+        let num_attention_heads = o.need("num_attention_heads", bounds::HEADS)?;
+        let num_key_value_heads = o.count("num_key_value_heads", bounds::HEADS)?.unwrap_or(num_attention_heads);
+        let num_hidden_layers = o.need("num_hidden_layers", bounds::LAYERS)?;
         if num_attention_heads == 0 || num_key_value_heads == 0 || num_attention_heads % num_key_value_heads != 0 {
             return Err(Error::Model(format!(
                 "config.json: {num_attention_heads} attention heads cannot share {num_key_value_heads} KV heads"
             )));
         }
-        let head_dim = o.u64("head_dim")?.map_or(hidden_size / num_attention_heads, |v| v as usize);
-        let max_position_embeddings = o.u64("max_position_embeddings")?.unwrap_or(if gemma { 8192 } else { 4096 });
+        let head_dim = o.count("head_dim", bounds::HEAD_DIM)?.unwrap_or(hidden_size / num_attention_heads);
+        let max_position_embeddings = o
+            .count("max_position_embeddings", bounds::POSITIONS)?
+            .map_or(if gemma { 8192 } else { 4096 }, |v| v as u64);
         let act_key = if o.get("hidden_activation").is_some() { "hidden_activation" } else { "hidden_act" };
         let mut hidden_act = o.str(act_key)?.unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" }).to_string();
         if family == "gemma" && hidden_act == "gelu" {
@@ -193,7 +203,7 @@ impl HfConfig {
         // transformers gives a layer marked sliding but no window (sliding_window null) full
         // attention: its sliding mask is only built from a window.
         let sliding_window = match layer_types.contains(&LayerKind::Sliding) {
-            true => o.u64("sliding_window")?,
+            true => o.count("sliding_window", bounds::WINDOW)?.map(|v| v as u64),
             false => None,
         };
         let layer_types = match sliding_window {
@@ -207,7 +217,7 @@ impl HfConfig {
         let gemma2 = family == "gemma2";
         let absent_or = |k: &str, d: Option<f64>| -> Result<Option<f64>> {
             if merged.contains_key(k) {
-                o.f64(k)
+                o.real(k, bounds::non_negative)
             } else {
                 Ok(d)
             }
@@ -216,13 +226,17 @@ impl HfConfig {
             outer_model_type,
             architectures: o.strs("architectures")?.unwrap_or_default(),
             hidden_size,
-            intermediate_size: o.need("intermediate_size")?,
+            intermediate_size: o.need("intermediate_size", bounds::FFN)?,
             num_hidden_layers,
             num_attention_heads,
             num_key_value_heads,
             head_dim,
-            vocab_size: o.need("vocab_size")?,
-            rms_norm_eps: o.f64("rms_norm_eps")?.unwrap_or(if family == "phi3" { 1e-5 } else { 1e-6 }),
+            vocab_size: o.need("vocab_size", bounds::VOCAB)?,
+            rms_norm_eps: o.real("rms_norm_eps", bounds::epsilon)?.unwrap_or(if family == "phi3" {
+                1e-5
+            } else {
+                1e-6
+            }),
             max_position_embeddings,
             tie_word_embeddings: o.bool("tie_word_embeddings")?.unwrap_or(gemma),
             bos_token_id: o.ids("bos_token_id")?,
@@ -386,24 +400,36 @@ fn rope_from(d: &Obj, top: &Obj, default_theta: f64, max_pos: u64) -> Result<Rop
     let rope_type = if rope_type == "su" { "longrope" } else { rope_type }.to_string();
     let scaled = matches!(rope_type.as_str(), "llama3" | "yarn" | "longrope");
     // Phi-3 keeps the pretraining length at the top level, and it takes priority there.
-    let orig = match top.u64("original_max_position_embeddings")? {
-        Some(v) if scaled => Some(v),
-        _ => d.u64("original_max_position_embeddings")?.or(scaled.then_some(max_pos)),
+    let orig_key = "original_max_position_embeddings";
+    let orig = match top.count(orig_key, bounds::POSITIONS)? {
+        Some(v) if scaled => Some(v as u64),
+        _ => d.count(orig_key, bounds::POSITIONS)?.map(|v| v as u64).or(scaled.then_some(max_pos)),
     };
+    let factors = |k: &str| -> Result<Option<Vec<f64>>> {
+        let list = d.f64s(k)?;
+        for &v in list.iter().flatten() {
+            bounds::positive("config.json", k, v)?;
+        }
+        Ok(list)
+    };
+    let pos = bounds::positive;
     Ok(RopeParams {
-        theta: d.f64("rope_theta")?.or(top.f64("rope_theta")?).unwrap_or(default_theta),
-        partial_rotary_factor: d.f64("partial_rotary_factor")?.or(top.f64("partial_rotary_factor")?).unwrap_or(1.0),
-        factor: d.f64("factor")?,
-        low_freq_factor: d.f64("low_freq_factor")?,
-        high_freq_factor: d.f64("high_freq_factor")?,
+        theta: d.real("rope_theta", pos)?.or(top.real("rope_theta", pos)?).unwrap_or(default_theta),
+        partial_rotary_factor: d
+            .real("partial_rotary_factor", bounds::fraction)?
+            .or(top.real("partial_rotary_factor", bounds::fraction)?)
+            .unwrap_or(1.0),
+        factor: d.real("factor", pos)?,
+        low_freq_factor: d.real("low_freq_factor", pos)?,
+        high_freq_factor: d.real("high_freq_factor", pos)?,
         original_max_position_embeddings: orig,
-        short_factor: d.f64s("short_factor")?,
-        long_factor: d.f64s("long_factor")?,
-        attention_factor: d.f64("attention_factor")?,
-        beta_fast: d.f64("beta_fast")?,
-        beta_slow: d.f64("beta_slow")?,
-        mscale: d.f64("mscale")?,
-        mscale_all_dim: d.f64("mscale_all_dim")?,
+        short_factor: factors("short_factor")?,
+        long_factor: factors("long_factor")?,
+        attention_factor: d.real("attention_factor", pos)?,
+        beta_fast: d.real("beta_fast", pos)?,
+        beta_slow: d.real("beta_slow", pos)?,
+        mscale: d.real("mscale", bounds::non_negative)?,
+        mscale_all_dim: d.real("mscale_all_dim", bounds::non_negative)?,
         truncate: d.bool("truncate")?,
         rope_type,
     })
@@ -430,7 +456,7 @@ fn resolve_rope(o: &Obj, family: &str, max_pos: u64) -> Result<(RopeParams, Opti
         // 4.x layout: rope_theta/rope_scaling for global layers, rope_local_base_freq for local ones.
         let full = rope_from(&Obj(scaling.or(params).unwrap_or(&empty)), o, 1e6, max_pos)?;
         let mut local = rope_from(&Obj(&empty), &Obj(&empty), 1e4, max_pos)?;
-        local.theta = o.f64("rope_local_base_freq")?.unwrap_or(1e4);
+        local.theta = o.real("rope_local_base_freq", bounds::positive)?.unwrap_or(1e4);
         local.partial_rotary_factor = full.partial_rotary_factor;
         return Ok((full, Some(local)));
     }
@@ -439,7 +465,7 @@ fn resolve_rope(o: &Obj, family: &str, max_pos: u64) -> Result<(RopeParams, Opti
 
 /// Attention kind of each layer: `layer_types` when given, else each family's rule in transformers.
 fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
-    let window = o.u64("sliding_window")?;
+    let window = o.count("sliding_window", bounds::WINDOW)?;
     // Mistral and Phi-3 apply their window (if any) to every layer and ignore layer_types.
     if family == "mistral" || family == "phi3" {
         return Ok(vec![if window.is_some() { LayerKind::Sliding } else { LayerKind::Full }; n]);
@@ -459,10 +485,10 @@ fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
     }
     let pattern = match family {
         "gemma2" => 2,
-        "gemma3" => o.u64("sliding_window_pattern")?.unwrap_or(6),
+        "gemma3" => o.count("sliding_window_pattern", bounds::PATTERN)?.unwrap_or(6),
         "qwen2" | "qwen3" => {
             let on = o.bool("use_sliding_window")?.unwrap_or(false) && window.is_some();
-            let from = o.u64("max_window_layers")?.unwrap_or(28) as usize;
+            let from = o.count("max_window_layers", bounds::WINDOW)?.unwrap_or(28);
             return Ok((0..n).map(|i| if on && i >= from { LayerKind::Sliding } else { LayerKind::Full }).collect());
         }
         _ => return Ok(vec![LayerKind::Full; n]),

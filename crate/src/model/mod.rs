@@ -1,5 +1,6 @@
 //! Model description (config), weights on the GPU, and the forward pass.
 
+pub mod bounds;
 pub mod config;
 pub mod forward;
 pub mod hf;

@@ -75,8 +75,14 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
         .map(str::to_owned)
         .collect();
     let n = tokens.len();
-    if n == 0 || n >= u32::MAX as usize {
-        return Err(tok_err(format!("tokenizer.ggml.tokens has {n} entries")));
+    if n == 0 || n as u64 > crate::model::bounds::VOCAB.1 {
+        return Err(tok_err(format!(
+            "tokenizer.ggml.tokens has {n} entries (1 to {} are accepted)",
+            crate::model::bounds::VOCAB.1
+        )));
+    }
+    for t in &tokens {
+        super::validate::token_text("tokenizer.ggml.tokens", t)?;
     }
     let same_len = |key: &str, len: Option<usize>| match len {
         Some(l) if l != n => Err(tok_err(format!("{key} has {l} entries but tokenizer.ggml.tokens has {n}"))),

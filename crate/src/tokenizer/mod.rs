@@ -9,6 +9,7 @@
 mod gguf;
 mod pretok;
 mod stream;
+pub mod validate;
 
 use std::sync::Arc;
 
@@ -84,6 +85,10 @@ impl Tokenizer {
     /// tokenizer_config.json when given.
     pub fn from_hf_json(tokenizer_json: &str, tokenizer_config_json: Option<&str>) -> Result<Tokenizer> {
         use std::str::FromStr;
+        let parsed: serde_json::Value =
+            serde_json::from_str(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
+        validate::hf_json(&parsed)?;
+        drop(parsed);
         let hf =
             tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let config: serde_json::Value = match tokenizer_config_json {

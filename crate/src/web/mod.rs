@@ -316,6 +316,6 @@ impl WasmEngine {
     pub fn result(&self) -> Result<String, JsValue> {
         let s = self.inner.try_borrow().map_err(|_| busy())?;
         let g = s.gen.as_ref().ok_or_else(|| js_err(Error::InvalidOption("no generation yet".into())))?;
-        Ok(serde_json::to_string(&g.result(s.engine.rt.decode_dispatches())).unwrap_or_default())
+        Ok(serde_json::to_string(&g.result(s.engine.dispatches_of(g))).unwrap_or_default())
     }
 }

@@ -1,0 +1,79 @@
+//! Malformed tokenizer.json files that make the `tokenizers` crate panic (or read bytes it should
+//! not) end in a tokenizer error naming the problem: merges whose halves or result are missing
+//! (a merge longer than every token panics there), a right half without the subword prefix, a
+//! post-processor template naming an undefined special token, absurd ids and token lengths.
+
+use ferrolm::tokenizer::Tokenizer;
+use serde_json::{json, Value};
+
+fn base() -> Value {
+    json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": null,
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "vocab": {"a": 0, "b": 1, "ab": 2, "c": 3}, "merges": ["a b"]}
+    })
+}
+
+fn load(v: &Value) -> ferrolm::Result<Tokenizer> {
+    Tokenizer::from_hf_json(&v.to_string(), None)
+}
+
+fn refused(v: Value, want: &str) {
+    match std::panic::catch_unwind(|| load(&v)) {
+        Ok(Err(e)) => {
+            eprintln!("{want}: {e}");
+            assert!(e.to_string().contains(want), "error does not mention {want:?}: {e}");
+        }
+        Ok(Ok(_)) => panic!("accepted: {v}"),
+        Err(_) => panic!("panicked on {v}"),
+    }
+}
+
+#[test]
+fn malformed_tokenizer_json_is_an_error() {
+    let t = load(&base()).expect("the base tokenizer loads");
+    assert_eq!(t.encode("ab").unwrap(), vec![2]);
+
+    let mut v = base();
+    v["model"]["vocab"] = json!({"a": 0, "b": 1});
+    refused(v, "\"ab\""); // a merge longer than every token: tokenizers indexes past its buffer
+    let mut v = base();
+    v["model"]["merges"] = json!(["a x"]);
+    refused(v, "\"x\"");
+    let mut v = base();
+    v["model"]["merges"] = json!([["a", "b", "c"]]);
+    refused(v, "pair");
+    let mut v = base();
+    v["model"]["merges"] = json!(["a  b"]);
+    refused(v, "one space");
+    let mut v = base();
+    v["model"]["continuing_subword_prefix"] = json!("##");
+    v["model"]["merges"] = json!(["a b"]);
+    refused(v, "subword prefix");
+    let mut v = base();
+    v["model"]["vocab"]["huge"] = json!(1u64 << 40);
+    refused(v, "huge");
+    let mut v = base();
+    v["model"]["vocab"]["x".repeat(100_000)] = json!(4);
+    refused(v, "100000 bytes");
+    let mut v = base();
+    v["added_tokens"] = json!([{"id": 4000000000u64, "content": "<s>", "special": true, "single_word": false,
+                                "lstrip": false, "rstrip": false, "normalized": false}]);
+    refused(v, "<s>");
+    let mut v = base();
+    v["post_processor"] = json!({"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [], "special_tokens": {}});
+    refused(v, "<s>");
+    let mut v = base();
+    v["post_processor"] = json!({"type": "Sequence", "processors": [{"type": "TemplateProcessing",
+        "single": [{"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0, 1], "tokens": ["<s>"]}}}]});
+    refused(v, "2 ids for 1 tokens");
+    refused(json!({"model": 3}), "model");
+    let mut v = base();
+    v["model"]["merges"] = json!(7);
+    refused(v, "merges");
+}
