@@ -9,7 +9,8 @@
 //!
 //! Templates come from model files, so they are untrusted. Limits: the template source size, fuel
 //! (one unit per VM instruction, so endless or huge loops stop), minijinja's recursion limit and
-//! its caps on `range` and string repetition, and the rendered output size. Each breach is an
+//! its caps on `range` and string repetition, widths and growth of `indent`, `format`,
+//! `replace` and `tojson` (chat_limits.rs), and the rendered output size. Each breach is an
 //! `Error::Template`. Not bounded: memory taken by strings that double themselves by concatenation
 //! (`s ~ s`) a few dozen times inside a macro or namespace; minijinja has no hook for that.
 
@@ -92,7 +93,10 @@ impl ChatTemplate {
                 .map_err(template_err)?,
         );
         env.set_fuel(Some(FUEL));
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(crate::chat_limits::unknown_method);
+        env.add_filter("indent", crate::chat_limits::indent);
+        env.add_filter("format", crate::chat_limits::format);
+        env.add_filter("replace", crate::chat_limits::replace);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
         });
@@ -170,6 +174,12 @@ impl io::Write for LimitedWriter {
 /// Python's separators (`", "`, `": "`; `","` between lines when indenting).
 fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
+    if indent.is_some_and(|n| n > crate::chat_limits::MAX_WIDTH) {
+        return Err(minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            "tojson: indent is wider than the template's limit",
+        ));
+    }
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;

@@ -4,6 +4,7 @@
 //! in the browser (wgpu's WebGPU backend) through wasm-bindgen.
 
 pub mod bench;
+pub mod chat_limits;
 pub mod chat_template;
 pub mod engine;
 pub mod error;

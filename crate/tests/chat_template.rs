@@ -111,6 +111,26 @@ fn hostile_templates_stop_quickly() {
     assert!(m.contains("exceeds"), "{m}");
     // String repetition into the gigabytes.
     template_err("{{ 'x' * 100000000000 }}");
+    // One step asking for gigabytes: widths, indents, replacements that multiply a string.
+    for src in [
+        "{{ messages|tojson(indent=100000000000) }}",
+        "{{ messages[0].content|indent(100000000000) }}",
+        "{{ messages[0].content|indent(width=100000000000) }}",
+        "{{ '%999999999s'|format(messages[0].content) }}",
+        "{{ '%-5.99999999f'|format(1.5) }}",
+        "{{ '{:>999999999}'.format(messages[0].content) }}",
+        "{% set s = 'a' * 100000 %}{{ s.replace('a', s) }}",
+        "{% set s = 'a' * 100000 %}{{ s|replace('a', s) }}",
+        "{% set s = 'a' * 100000 %}{{ s.replace('', s) }}",
+    ] {
+        let m = template_err(src);
+        assert!(m.contains("limit"), "{src}: {m}");
+    }
+    // ... while everyday uses of the same filters still work like Jinja2.
+    assert_eq!(render("{{ 'a\nb'|indent(2) }}").unwrap(), "a\n  b");
+    assert_eq!(render("{{ '%5s|%-3d|'|format('x', 7) }}").unwrap(), "    x|7  |");
+    assert_eq!(render("{{ '{}: {:>4}'.format('Date 2024-01-01', 'x') }}").unwrap(), "Date 2024-01-01:    x");
+    assert_eq!(render("{{ 'Year 2024 {{}}'|replace('2024', '2025') }}").unwrap(), "Year 2025 {{}}");
     // Syntax errors and oversized sources.
     template_err("{% for %}");
     let m = template_err(&"x".repeat(2 << 20));
