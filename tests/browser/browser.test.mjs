@@ -389,7 +389,7 @@ test('a real Q4_K_M mix (Q4_K, Q6_K, Q5_0 and Q8_0 fallbacks; a 160 MiB embeddin
   }
 });
 
-test('sampling runs on the GPU: the same seed gives the native CLI's tokens; a repetition penalty matches too', async () => {
+test('sampling runs on the GPU: the same seed gives the tokens of the native CLI; a repetition penalty matches too', async () => {
   // The native run takes the kernels browsers run (f32 activations, no subgroups, the split
   // attention merged in its own dispatch), so both sample from the same logits.
   const bin = path.join(root, 'target/release/ferrolm');

@@ -291,6 +291,8 @@ struct GgufLoader<'a> {
     gpu: &'a Gpu,
     bytes: u64,
     on_progress: &'a mut dyn FnMut(u64),
+    /// The current layer's tensors, read in file order (`stage_layer`).
+    staged: std::collections::HashMap<String, Vec<u8>>,
 }
 
 /// Largest read the loader makes at once.
@@ -327,10 +329,34 @@ impl GgufLoader<'_> {
         Ok(data)
     }
 
+    /// Read every tensor of layer `i` in the order they lie in the file, before the layer is
+    /// assembled in the order the kernels want: a source that fetches over the network then moves
+    /// forward through the file instead of jumping back into chunks it already let go (a load
+    /// without a cache fetched the file 2-2.6 times that way).
+    async fn stage_layer(&mut self, i: usize) -> Result<()> {
+        let prefix = format!("blk.{i}.");
+        let mut ts: Vec<TensorInfo> = self.gguf.tensors.iter().filter(|t| t.name.starts_with(&prefix)).cloned().collect();
+        ts.sort_by_key(|t| t.offset);
+        self.staged.clear();
+        for t in ts {
+            let raw = self.read(t.offset, t.n_bytes).await?;
+            self.staged.insert(t.name, raw);
+        }
+        Ok(())
+    }
+
+    /// A tensor's bytes: staged, or read now.
+    async fn bytes_of(&mut self, t: &TensorInfo) -> Result<Vec<u8>> {
+        match self.staged.remove(&t.name) {
+            Some(raw) => Ok(raw),
+            None => self.read(t.offset, t.n_bytes).await,
+        }
+    }
+
     /// A matrix of `rows` x `cols` (GGUF dims [cols, rows]), packed whole on the CPU.
     async fn packed(&mut self, name: &str, rows: usize, cols: usize) -> Result<Packed> {
         let t = self.info(name, &[cols, rows])?;
-        let raw = self.read(t.offset, t.n_bytes).await?;
+        let raw = self.bytes_of(&t).await?;
         pack::pack(t.ty, rows, cols, &raw)
     }
 
@@ -351,7 +377,7 @@ impl GgufLoader<'_> {
     /// A vector of `n` values as f32 (norm weights and biases are small).
     async fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>> {
         let t = self.info(name, &[n])?;
-        let raw = self.read(t.offset, t.n_bytes).await?;
+        let raw = self.bytes_of(&t).await?;
         let mut out = vec![0f32; n];
         quant::dequantize(t.ty, &raw, &mut out)?;
         Ok(out)
@@ -429,7 +455,7 @@ pub async fn load_gguf(
     cfg: &mut ModelConfig,
     on_progress: &mut dyn FnMut(u64),
 ) -> Result<ModelWeights> {
-    let mut l = GgufLoader { gguf, src, gpu, bytes: 0, on_progress };
+    let mut l = GgufLoader { gguf, src, gpu, bytes: 0, on_progress, staged: Default::default() };
     let (h, qd, kvd, f) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
     if gguf.tensor("rope_freqs.weight").is_some() {
         cfg.rope_freq_factors = Some(l.vector("rope_freqs.weight", cfg.rope_dim / 2).await?);
@@ -464,6 +490,7 @@ pub async fn load_gguf(
     order.sort_by_key(|&i| (first[i], i));
     let mut slots: Vec<Option<LayerWeights>> = (0..cfg.n_layers).map(|_| None).collect();
     for i in order {
+        l.stage_layer(i).await?;
         let n = |s: &str| format!("blk.{i}.{s}");
         let opt = |l: &GgufLoader, s: &str| l.gguf.tensor(&n(s)).is_some();
         let qkv = if opt(&l, "attn_qkv.weight") {
