@@ -1,16 +1,49 @@
 // The engine host: the wasm module, a model source, and the call queue. Runs in the page
 // (`worker: false`) or inside worker.js; index.js wraps it in the public API.
 
-import init, { loadEngine, loadHfEngine, Sha256Hasher } from './ferrolm.js';
+import * as firstModule from './ferrolm.js';
 import { HF_TEXT_FILES, ModelFolder, ModelSource, cachedKind, namedError } from './store.js';
 
+// The wasm module. A panic inside it ends in a trap that leaves that instance unusable, so after
+// a crash the next load instantiates a fresh copy of the module.
+let mod = firstModule;
 let ready = null;
+let instances = 0;
 
 /** Instantiate the wasm module once (`wasm` overrides where ferrolm_bg.wasm is fetched from). */
 export function initWasm(wasm) {
-  if (!ready) ready = init(wasm ? { module_or_path: wasm } : undefined);
+  if (!ready) {
+    ready = (async () => {
+      if (instances++ > 0) {
+        // A fresh module record (and wasm instance) after a crash. Only this path loads the glue
+        // by URL; bundlers keep the static import above.
+        mod = await import(/* @vite-ignore */ /* webpackIgnore: true */ new URL(`./ferrolm.js?instance=${instances}`, import.meta.url).href);
+      }
+      await mod.default(wasm ? { module_or_path: wasm } : undefined);
+      return mod;
+    })();
+    ready.catch(() => { ready = null; });
+  }
   return ready;
 }
+
+// Engines of the current module instance, and whoever wants to hear of a crash (worker.js).
+const live = new Set();
+const crashListeners = new Set();
+
+/** Call `cb(error)` when the wasm module crashes (a panic: a bug in ferrolm). */
+export function onCrash(cb) {
+  crashListeners.add(cb);
+}
+
+// Called by the module's panic hook (crate/src/web/mod.rs) just before the trap.
+globalThis.__ferrolmPanic = (message) => {
+  const err = namedError('EngineCrashedError', `the engine crashed (a bug in ferrolm; please report it): ${message}. Create a new engine to continue.`);
+  ready = null;
+  for (const e of live) e.crashed(err);
+  live.clear();
+  for (const cb of crashListeners) cb(err);
+};
 
 function toError(e) {
   if (e instanceof Error) return e;
@@ -152,7 +185,7 @@ export class LocalEngine {
       onProgress,
       retries: o.retries,
       chunkSize: o.chunkSize,
-      Hasher: Sha256Hasher,
+      Hasher: mod.Sha256Hasher,
       signal: o.signal,
     };
     const what = await resolveModel(o.model, o.format ?? 'auto', srcOpts);
@@ -164,7 +197,7 @@ export class LocalEngine {
       if (o.sha256 != null && typeof o.sha256 !== 'string') throw namedError('InvalidOptionError', 'createEngine: sha256 of a GGUF file must be a hex string');
       source = await ModelSource.open(what.model, srcOpts);
       try {
-        wasm = await loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress);
+        wasm = await mod.loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress);
         await source.finish();
       } catch (e) {
         wasm?.free();
@@ -191,7 +224,7 @@ export class LocalEngine {
         for (const s of folder.sources.values()) hint += s.size;
         folder.sizeHint = hint;
         await folder.saveManifest(false);
-        wasm = await loadHfEngine(texts, (name) => folder.weights(name), opts, progress);
+        wasm = await mod.loadHfEngine(texts, (name) => folder.weights(name), opts, progress);
         await folder.finish();
       } catch (e) {
         wasm?.free();
@@ -212,16 +245,39 @@ export class LocalEngine {
     this.genLock = new Lock();
     this.info = JSON.parse(wasm.info());
     this.info.load = { ...source.stats(), ms: 0 };
+    this.dead = null; // the EngineCrashedError, once the module crashed
+    this.inflight = null; // reject function of the call in progress
+    this.mod = mod;
+    live.add(this);
+  }
+
+  // The module crashed: fail the call in progress (an async export never settles after a trap)
+  // and every later one.
+  crashed(err) {
+    this.dead = err;
+    this.wasm = null;
+    this.inflight?.(err);
   }
 
   // Serialize every call into the wasm engine (it rejects overlapping calls).
   call(fn) {
     const p = this.chain.then(() => {
+      if (this.dead) throw this.dead;
       if (!this.wasm) throw namedError('EngineUnloadedError', 'the engine was unloaded');
-      return fn(this.wasm);
+      return new Promise((ok, fail) => {
+        this.inflight = fail;
+        Promise.resolve()
+          .then(() => fn(this.wasm))
+          .then(ok, (e) => fail(this.dead || (e instanceof WebAssembly.RuntimeError ? namedError('EngineCrashedError', `the engine crashed: ${e.message}`) : e)));
+      }).finally(() => { this.inflight = null; });
     });
     this.chain = p.catch(() => {});
     return p;
+  }
+
+  /** Panic inside the wasm module on purpose (the crash-recovery tests). */
+  crashForTesting() {
+    return this.call(() => this.mod.crashForTesting('crash requested by the test'));
   }
 
   getInfo() {
@@ -310,8 +366,9 @@ export class LocalEngine {
 
   async unload() {
     await this.chain;
-    this.wasm?.free();
+    if (!this.dead) this.wasm?.free();
     this.wasm = null;
+    live.delete(this);
   }
 }
 
@@ -334,4 +391,7 @@ function contentText(c) {
   return c == null ? '' : String(c);
 }
 
-export { Sha256Hasher };
+/** The streaming SHA-256 of the wasm module (store.js checks downloads with it). */
+export function Sha256Hasher() {
+  return new mod.Sha256Hasher();
+}

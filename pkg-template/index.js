@@ -167,14 +167,22 @@ class Engine {
 
   /** Free the GPU memory (and end the worker). */
   unload() { return this._b.unload(); }
+
+  /** Make the wasm module panic (tests of crash recovery; not part of the API). */
+  _crashForTesting() { return this._b.crashForTesting(); }
 }
 
 class WorkerBackend {
   constructor(worker) {
     this.w = worker;
     this.pending = new Map();
+    this.dead = null; // the error every call fails with once the worker crashed or failed
     worker.onmessage = (ev) => {
       const m = ev.data;
+      if (m.type === 'crashed') {
+        this.die(rebuildError(m.error));
+        return;
+      }
       const p = this.pending.get(m.id);
       if (!p) return;
       if (m.type === 'progress') p.onProgress?.(m.progress);
@@ -187,27 +195,36 @@ class WorkerBackend {
     };
     worker.onerror = (ev) => {
       ev.preventDefault?.();
-      this.failAll(Object.assign(new Error(`the ferrolm worker failed: ${ev.message || 'could not start it (module workers are needed)'}`), { name: 'WorkerError' }));
+      this.die(Object.assign(new Error(`the ferrolm worker failed: ${ev.message || 'could not start it (module workers are needed)'}`), { name: 'WorkerError' }));
     };
     worker.onmessageerror = () => this.failAll(Object.assign(new Error('a message from the ferrolm worker could not be read'), { name: 'WorkerError' }));
+  }
+  // The worker cannot go on: fail what is pending and every later call, and end it.
+  die(e) {
+    this.dead = e;
+    this.w.terminate();
+    this.failAll(e);
   }
   failAll(e) {
     for (const p of this.pending.values()) p.fail(e);
     this.pending.clear();
   }
   req(msg, extra = {}) {
+    if (this.dead) return Promise.reject(this.dead);
     const id = newId('r');
     return new Promise((ok, fail) => {
       this.pending.set(id, { ok, fail, ...extra });
       this.w.postMessage({ ...msg, id });
     });
   }
+  crashForTesting() { return this.req({ op: 'crashForTesting' }); }
   load(options, onProgress) {
     return this.req({ op: 'load', options }, { onProgress });
   }
   tokenize(text) { return this.req({ op: 'tokenize', text: String(text) }); }
   decode(ids) { return this.req({ op: 'decode', ids: Array.from(ids) }); }
   run(input, options, emit, signal) {
+    if (this.dead) return Promise.reject(this.dead);
     const id = newId('g');
     return new Promise((ok, fail) => {
       const onAbort = () => this.w.postMessage({ op: 'cancel', target: id });
@@ -219,6 +236,7 @@ class WorkerBackend {
     });
   }
   async unload() {
+    if (this.dead) return;
     try {
       await this.req({ op: 'unload' });
     } finally {
@@ -234,6 +252,7 @@ class LocalBackend {
   decode(ids) { return this.e.decode(ids); }
   run(input, options, emit, signal) { return this.e.run(input, options, emit, signal); }
   unload() { return this.e.unload(); }
+  crashForTesting() { return this.e.crashForTesting(); }
 }
 
 /**

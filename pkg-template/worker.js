@@ -2,7 +2,7 @@
 // answers index.js's messages. Protocol: requests {id, op, ...}; replies {id, type: 'result' |
 // 'error' | 'chunk' | 'progress'}; {op: 'cancel', target} aborts the generation `target`.
 
-import { LocalEngine } from './core.js';
+import { LocalEngine, onCrash } from './core.js';
 
 let engine = null;
 const running = new Map(); // generation id -> AbortController
@@ -11,6 +11,10 @@ function errorData(e) {
   return { name: e?.name || 'Error', message: e?.message || String(e), stack: e?.stack };
 }
 
+// A crash (a panic in the wasm module) leaves this worker's module unusable: tell the page, which
+// fails every pending call and terminates the worker.
+onCrash((e) => postMessage({ type: 'crashed', error: errorData(e) }));
+
 const ops = {
   async load(m) {
     if (engine) throw Object.assign(new Error('this worker already holds an engine'), { name: 'InvalidOptionError' });
@@ -18,6 +22,7 @@ const ops = {
     return engine.getInfo();
   },
   tokenize: (m) => engine.tokenize(m.text),
+  crashForTesting: () => engine.crashForTesting(),
   decode: (m) => engine.decode(m.ids),
   async generate(m) {
     const ac = new AbortController();

@@ -66,6 +66,10 @@ fn loading_reads_the_file_forward() {
     let reads = src.reads.lock().unwrap().clone();
     let size = src.len();
     let got = downloaded(&reads, size, 16 << 20, 3);
-    eprintln!("{} reads; a cacheless browser load would fetch {got} of {size} bytes ({:.3}x)", reads.len(), got as f64 / size as f64);
+    eprintln!(
+        "{} reads; a cacheless browser load would fetch {got} of {size} bytes ({:.3}x)",
+        reads.len(),
+        got as f64 / size as f64
+    );
     assert!(got as f64 <= 1.01 * size as f64, "{:.3}x the file", got as f64 / size as f64);
 }

@@ -291,6 +291,8 @@ test('a full storage quota falls back to loading without the cache', async () =>
   assert.match(r.value.load.cacheWarning, /quota/);
   assert.equal(r.value.load.cache, 'none');
   assert.deepEqual(r.value.cached, []);
+  // Without a cache every byte is fetched once: the loader reads the file forward.
+  assert.ok(r.value.load.downloadedBytes <= 1.01 * r.value.load.size, `fetched ${r.value.load.downloadedBytes} of ${r.value.load.size} bytes`);
 });
 
 test('an interrupted download resumes from the cache; worker engine matches the native greedy tokens', async () => {
@@ -681,4 +683,36 @@ test('HF folder: local Files (directory picker) and clear errors', async () => {
   assert.equal(v.shaString.name, 'InvalidOptionError');
   assert.equal(v.tooLarge.name, 'GpuLimitsError');
   assert.match(v.tooLarge.message, /gate_up .* needs 96 KiB .* allows 64 KiB \(maxStorageBufferBindingSize\)/);
+});
+
+test('a panic in the wasm module fails the pending and later calls cleanly; a new engine works (worker and page)', async () => {
+  const r = await inPage(page, async () => {
+    const out = {};
+    for (const worker of [true, false]) {
+      const e = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
+      const before = await e.tokenize('hello world');
+      // A generation waits in the queue behind the crash; both must settle with the crash error.
+      const crash = e._crashForTesting().then(() => 'resolved', (x) => x.name);
+      const queued = (async () => { for await (const _ of e.generate({ tokens: [1, 2, 3] }, { maxTokens: 2 })); })().then(() => 'resolved', (x) => x.name);
+      const settled = await Promise.race([Promise.all([crash, queued]), new Promise((ok) => setTimeout(() => ok('timeout'), 20000))]);
+      const later = await e.tokenize('again').then(() => 'resolved', (x) => ({ name: x.name, message: x.message }));
+      await e.unload();
+      const fresh = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
+      const after = await fresh.tokenize('hello world');
+      const gen = [];
+      for await (const c of fresh.generate({ tokens: [1, 2, 3] }, { maxTokens: 2 })) gen.push(c.token);
+      await fresh.unload();
+      out[worker ? 'worker' : 'page'] = { settled, later, same: JSON.stringify(before) === JSON.stringify(after), gen: gen.length };
+    }
+    return out;
+  });
+  assert.ok(r.ok, r.message);
+  log('crash recovery:', JSON.stringify(r.value));
+  for (const k of ['worker', 'page']) {
+    const v = r.value[k];
+    assert.deepEqual(v.settled, ['EngineCrashedError', 'EngineCrashedError'], k);
+    assert.equal(v.later.name, 'EngineCrashedError', k);
+    assert.match(v.later.message, /crash requested by the test/, k);
+    assert.ok(v.same && v.gen === 2, `${k}: ${JSON.stringify(v)}`);
+  }
 });

@@ -335,7 +335,8 @@ impl GgufLoader<'_> {
     /// without a cache fetched the file 2-2.6 times that way).
     async fn stage_layer(&mut self, i: usize) -> Result<()> {
         let prefix = format!("blk.{i}.");
-        let mut ts: Vec<TensorInfo> = self.gguf.tensors.iter().filter(|t| t.name.starts_with(&prefix)).cloned().collect();
+        let mut ts: Vec<TensorInfo> =
+            self.gguf.tensors.iter().filter(|t| t.name.starts_with(&prefix)).cloned().collect();
         ts.sort_by_key(|t| t.offset);
         self.staged.clear();
         for t in ts {

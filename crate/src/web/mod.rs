@@ -161,6 +161,29 @@ pub struct WasmEngine {
     inner: Rc<RefCell<State>>,
 }
 
+/// Runs when the module is instantiated. A panic in wasm ends in a trap that leaves the module
+/// unusable (and an async call's promise never settling); the hook reports the panic first to
+/// `globalThis.__ferrolmPanic(message)` when the package defined it, which then fails every
+/// pending and later call of that module with an `EngineCrashedError` instead of hanging.
+#[wasm_bindgen(start)]
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info.to_string();
+        if let Ok(f) = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("__ferrolmPanic")) {
+            if let Some(f) = f.dyn_ref::<js_sys::Function>() {
+                let _ = f.call1(&JsValue::NULL, &JsValue::from_str(&msg));
+            }
+        }
+    }));
+}
+
+/// Panics on purpose: the package's tests check with it that a crashed engine fails its calls
+/// cleanly and that a new one can be created. Not part of the API.
+#[wasm_bindgen(js_name = crashForTesting)]
+pub fn crash_for_testing(message: &str) {
+    panic!("{message}");
+}
+
 /// Load a GGUF model through `source` onto the browser's WebGPU device.
 /// `on_progress(phase, done, total)` is called during the upload and pipeline compilation.
 #[wasm_bindgen(js_name = loadEngine)]
