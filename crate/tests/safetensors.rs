@@ -146,6 +146,11 @@ fn malformed_headers_give_typed_errors() {
         &raw(&format!("{{{}}}", t("a", "F32", big, 0, 8)), 8),
         |e| matches!(e, E::BadShape { tensor, .. } if tensor == "a"),
     );
+    let deep = format!("[{}2]", "1,".repeat(100_000));
+    check(
+        &raw(&format!("{{{}}}", t("a", "F32", &deep, 0, 8)), 8),
+        |e| matches!(e, E::BadShape { why, .. } if why.contains("dimensions")),
+    );
     check(&raw(&format!("{{{}}}", t("a", "F32", "[-1]", 0, 8)), 8), |e| matches!(e, E::BadEntry { .. }));
     check(&raw(&format!("{{{}}}", t("a", "F32", "[1.5]", 0, 8)), 8), |e| matches!(e, E::BadEntry { .. }));
     check(&raw(&format!("{{{}}}", t("a", "F4", "[3]", 0, 2)), 2), |e| matches!(e, E::BadShape { .. }));

@@ -386,6 +386,11 @@ impl SafetensorsFile {
             shape: shape.clone(),
             why,
         };
+        // Model tensors have at most 4 dimensions (5 in some vision towers); a longer shape is
+        // a broken or hostile header.
+        if shape.len() > 8 {
+            return Err(bad_shape("has more than 8 dimensions"));
+        }
         let bits = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).and_then(|n| n.checked_mul(dtype.bits()));
         let bits = bits.ok_or_else(|| bad_shape("overflows when counting its bytes"))?;
         if bits % 8 != 0 {
