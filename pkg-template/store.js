@@ -6,6 +6,8 @@
 // each cached under its own URL, plus a folder manifest that lists which files it has.
 
 export const CHUNK_SIZE = 16 << 20;
+/** Reads up to this size whose chunk is not at hand fetch just their bytes (see readInner). */
+export const SMALL_READ = 256 << 10;
 const OPFS_DIR = 'ferrolm-models';
 const CACHE_NAME = 'ferrolm-models-v1';
 const MANIFEST_VERSION = 1;
@@ -651,6 +653,16 @@ export class ModelSource {
   async readInner(offset, length) {
     if (offset < 0 || length < 0 || offset + length > this.size) {
       throw namedError('ModelFormatError', `read past the end of the model file (bytes ${offset}..${offset + length} of ${this.size}): is the file truncated?`);
+    }
+    // A small read far from the chunks at hand (a norm vector stored away from its layer's
+    // weights) fetches just its bytes: taking in its whole chunk would push out the chunks the
+    // loader is working through, which would then be fetched again (once a layer, in files that
+    // keep the norms together at the start).
+    const i0 = Math.floor(offset / this.chunkSize);
+    if (length > 0 && length <= SMALL_READ && this.url && !this.noRanges && !this.blob
+        && Math.floor((offset + length - 1) / this.chunkSize) === i0 && !this.pool.get(this.id + i0)
+        && !(this.backend && this.done.has(i0)) && !(i0 === 0 && this.first)) {
+      return this.fetchRange(offset, offset + length - 1);
     }
     const out = new Uint8Array(length);
     let at = 0;

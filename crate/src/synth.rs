@@ -314,9 +314,6 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
     };
     let (h, q, kv, f) = (shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.ffn);
     mat("token_embd.weight".into(), h, shape.vocab);
-    if !shape.tied {
-        mat("output.weight".into(), h, shape.vocab);
-    }
     for i in 0..shape.layers {
         let b = |n: &str| format!("blk.{i}.{n}");
         if shape.fused {
@@ -334,6 +331,10 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
             mat(b("ffn_up.weight"), h, f);
         }
         mat(b("ffn_down.weight"), f, h);
+    }
+    // The LM head last, as llama.cpp's converter writes it (and the loader reads it).
+    if !shape.tied {
+        mat("output.weight".into(), h, shape.vocab);
     }
     let vec = |name: String, n: u64, fill: Fill| SynthTensor { name, dims: vec![n], ty: GgmlType::F32, fill };
     let mut small = vec![vec("output_norm.weight".into(), h, Fill::Const(1.0))];
