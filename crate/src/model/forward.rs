@@ -321,6 +321,9 @@ struct Builder<'a> {
     when: When,
     /// Greedy-only or sampled-only dispatches pushed now (`Op::pick`).
     pick: Option<bool>,
+    /// While `lm_head` records one row range of a `StreamedMatrix`: its matvec.wgsl constants
+    /// (ROW0, Y_ROWS, WG0).
+    row_range: Vec<(&'static str, f64)>,
     /// Set when a decode matvec would need more workgroup memory than the adapter has (wgpu
     /// does not check it natively; browsers refuse the pipeline).
     too_big: std::cell::Cell<Option<usize>>,
@@ -405,27 +408,6 @@ impl Builder<'_> {
         argmax: bool,
         merge: Option<usize>,
     ) -> u32 {
-        self.matvec_range(label, w, x, y, vecs, norm, epi, softcap, bias, argmax, merge, &[])
-    }
-
-    /// `matvec` with the row-range constants of one range of a `StreamedMatrix` (matvec.wgsl
-    /// ROW0, Y_ROWS, WG0) in `range`.
-    #[allow(clippy::too_many_arguments)]
-    fn matvec_range(
-        &mut self,
-        label: &'static str,
-        w: &GpuMatrix,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        vecs: &wgpu::Buffer,
-        norm: Option<usize>,
-        epi: u32,
-        softcap: f32,
-        bias: Option<usize>,
-        argmax: bool,
-        merge: Option<usize>,
-        range: &[(&'static str, f64)],
-    ) -> u32 {
         let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
         let per_block = if epi == 2 { 2 } else { 4 };
         let (mut consts, wg, slices) =
@@ -438,7 +420,7 @@ impl Builder<'_> {
             ("SOFTCAP", softcap as f64),
             ("ARGMAX", b(argmax)),
         ]);
-        consts.extend_from_slice(range);
+        consts.extend_from_slice(&self.row_range);
         let wgs = outputs.div_ceil(per_block * wg / 32 / slices) as u32;
         // Past 65535 workgroups the kernel folds (x, y) into one index.
         let gy = wgs.div_ceil(65535);
@@ -459,10 +441,11 @@ impl Builder<'_> {
     ) -> u32 {
         let mut pairs = 0;
         for (first, part) in m.ranges() {
-            let range = [("ROW0", first as f64), ("Y_ROWS", m.rows as f64), ("WG0", pairs as f64)];
+            self.row_range = vec![("ROW0", first as f64), ("Y_ROWS", m.rows as f64), ("WG0", pairs as f64)];
             let (cap, n) = (self.cfg.final_softcap, norm.then_some(0));
-            pairs += self.matvec_range("lm head", part, x, y, vecs, n, 0, cap, None, true, None, &range);
+            pairs += self.matvec("lm head", part, x, y, vecs, n, 0, cap, None, true, None);
         }
+        self.row_range.clear();
         pairs
     }
 
@@ -599,6 +582,7 @@ pub fn build(
         step: &bf.step,
         when: When::Always,
         pick: None,
+        row_range: Vec::new(),
         too_big: Default::default(),
     };
     // 16 splits at most (the kernel's MSPLITS); none for models too wide to gain.
