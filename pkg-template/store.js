@@ -80,9 +80,11 @@ async function readOpfsJson(dir, name) {
   }
 }
 
-async function writeOpfsFile(dir, name, bytes) {
+async function writeOpfsFile(dir, name, bytes, atomic = false) {
   const fh = await dir.getFileHandle(name, { create: true });
-  if (isWorker && fh.createSyncAccessHandle) {
+  // The sync handle writes in place (a crash midway leaves a truncated file); a manifest goes
+  // through createWritable, which commits the whole file at once.
+  if (isWorker && fh.createSyncAccessHandle && !(atomic && fh.createWritable)) {
     const h = await fh.createSyncAccessHandle();
     try {
       h.truncate(0);
@@ -111,7 +113,7 @@ class OpfsBackend {
     return new OpfsBackend(await root.getDirectoryHandle(key, { create }));
   }
   getManifest() { return readOpfsJson(this.dir, 'manifest.json'); }
-  putManifest(m) { return writeOpfsFile(this.dir, 'manifest.json', new TextEncoder().encode(JSON.stringify(m))); }
+  putManifest(m) { return writeOpfsFile(this.dir, 'manifest.json', new TextEncoder().encode(JSON.stringify(m)), true); }
   async readChunk(i, len) {
     const fh = await this.dir.getFileHandle(`chunk-${i}.bin`);
     if (isWorker && fh.createSyncAccessHandle) {
@@ -341,7 +343,8 @@ export class ModelSource {
     } else {
       const url = new URL(String(model), typeof location !== 'undefined' ? location.href : undefined).href;
       s.url = url;
-      s.name = decodeURIComponent(new URL(url).pathname.split('/').pop() || 'model.gguf');
+      const last = new URL(url).pathname.split('/').pop() || 'model.gguf';
+      try { s.name = decodeURIComponent(last); } catch { s.name = last; } // "%ZZ" stays as it is
       await s.openUrl();
     }
     s.nChunks = Math.ceil(s.size / s.chunkSize);
@@ -448,16 +451,23 @@ export class ModelSource {
     return Math.min(this.chunkSize, this.size - i * this.chunkSize);
   }
 
-  // One HTTP request for bytes [start, end]; the first also establishes size/etag.
+  // One HTTP request for bytes [start, end]; the first also establishes size/etag. A broken
+  // connection, a server error (5xx) or a "too many requests" (429) is tried again after a
+  // growing pause (a 429's or 503's Retry-After when it is short).
   async fetchRange(start, end, first = false) {
     let lastErr;
     for (let attempt = 0; attempt <= this.retries; attempt++) {
-      if (attempt) await new Promise((ok) => setTimeout(ok, 250 * 2 ** attempt));
+      if (attempt) {
+        const asked = Number(lastErr?.retryAfter);
+        const ms = asked > 0 && asked <= 30 ? asked * 1000 : 250 * 2 ** attempt;
+        await new Promise((ok) => setTimeout(ok, ms));
+      }
       try {
         return await this.fetchRangeOnce(start, end, first);
       } catch (e) {
         lastErr = e;
-        if (e.name !== 'NetworkError' || this.signal?.aborted) break;
+        const transient = e.name === 'NetworkError' || (e.name === 'DownloadError' && (e.status >= 500 || e.status === 429));
+        if (!transient || this.signal?.aborted) break;
       }
     }
     throw lastErr;
@@ -465,7 +475,9 @@ export class ModelSource {
 
   async fetchRangeOnce(start, end, first) {
     const headers = { Range: `bytes=${start}-${end}` };
-    if (!first && this.etag) headers['If-Range'] = this.etag;
+    // If-Range only with a strong validator: a weak ETag never matches there (RFC 9110 13.1.5),
+    // so every range would come back whole.
+    if (!first && this.etag && !this.etag.startsWith('W/')) headers['If-Range'] = this.etag;
     let res;
     this.networkRequests++;
     try {
@@ -478,6 +490,7 @@ export class ModelSource {
       res.body?.cancel().catch(() => {});
       const e = namedError('DownloadError', `fetching ${this.url} failed: HTTP ${res.status} ${res.statusText}`.trim());
       e.status = res.status;
+      e.retryAfter = res.headers.get('Retry-After');
       throw e;
     }
     const type = res.headers.get('Content-Type') || '';
@@ -493,6 +506,12 @@ export class ModelSource {
       gotStart = Number(cr[1]);
       if (cr[3] !== '*') total = Number(cr[3]);
       if (gotStart !== start) throw namedError('DownloadError', `${this.url}: asked for bytes from ${start}, got from ${gotStart}`);
+      // Every part must come from the same version of the file.
+      const etag = res.headers.get('ETag');
+      if (!first && etag && this.etag && etag !== this.etag) {
+        res.body?.cancel().catch(() => {});
+        throw namedError('DownloadError', `${this.url} changed on the server while it was being downloaded (ETag ${this.etag} -> ${etag}); delete the cached copy (deleteCachedModel) and load again`);
+      }
     } else {
       // 200: the server ignored the range (or If-Range failed: the file changed).
       const len = res.headers.get('Content-Length');

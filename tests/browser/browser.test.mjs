@@ -134,6 +134,7 @@ before(async () => {
       '/m/cached': modelDir,
       '/m/sha': modelDir,
       '/m/quota': modelDir,
+      '/m/flaky': modelDir,
       ...(fs.existsSync(GEMMA3) ? { '/m/gemma3': path.dirname(GEMMA3) } : {}),
     },
   });
@@ -293,6 +294,36 @@ test('a full storage quota falls back to loading without the cache', async () =>
   assert.deepEqual(r.value.cached, []);
   // Without a cache every byte is fetched once: the loader reads the file forward.
   assert.ok(r.value.load.downloadedBytes <= 1.01 * r.value.load.size, `fetched ${r.value.load.downloadedBytes} of ${r.value.load.size} bytes`);
+});
+
+test('a flaky server (503 with Retry-After, 429) is retried; a 404 is not', async () => {
+  const url = `/m/flaky/${MODEL_NAME}`;
+  server.faults.set(url, { status: 503, times: 2, retryAfter: 1 });
+  server.resetLog();
+  const r = await inPage(page, async (url) => {
+    const e = await ferrolm.createEngine({ model: url, worker: false, cache: 'none', retries: 3 });
+    const load = e.info.load;
+    await e.unload();
+    return load;
+  }, url);
+  assert.ok(r.ok, r.message);
+  const statuses = server.log.filter((q) => q.path === url).map((q) => q.status);
+  log('flaky:', JSON.stringify(statuses.slice(0, 4)), 'fetched', r.value.downloadedBytes);
+  assert.deepEqual(statuses.slice(0, 3), [503, 503, 206]);
+  assert.ok(r.value.downloadedBytes <= 1.01 * r.value.size);
+  server.faults.set(url, { status: 429, times: 1 });
+  const again = await inPage(page, async (url) => {
+    const e = await ferrolm.createEngine({ model: url, worker: false, cache: 'none' });
+    await e.unload();
+    return true;
+  }, url);
+  assert.ok(again.ok, again.message);
+  server.faults.set(url, { status: 404, times: 1 });
+  server.resetLog();
+  const gone = await inPage(page, async (url) => ferrolm.createEngine({ model: url, worker: false, cache: 'none', retries: 3 }), url);
+  server.faults.delete(url);
+  assert.ok(!gone.ok && gone.name === 'DownloadError', JSON.stringify(gone));
+  assert.equal(server.log.filter((q) => q.path === url).length, 1, 'a 404 was retried');
 });
 
 test('an interrupted download resumes from the cache; worker engine matches the native greedy tokens', async () => {

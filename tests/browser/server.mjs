@@ -35,7 +35,8 @@ export async function startServer({ port = 0, host = '127.0.0.1', mounts, quiet 
     .map(([prefix, dir]) => [prefix.endsWith('/') ? prefix : prefix + '/', path.resolve(dir)])
     .sort((a, b) => b[0].length - a[0].length);
   const log = [];
-  // path -> { dropAfterBytes, times }: cut the connection once that many body bytes went out.
+  // path -> { dropAfterBytes, times }: cut the connection once that many body bytes went out;
+  // { status, times, retryAfter }: answer that many requests with that status instead.
   const faults = new Map();
   // path -> (req, res) handler overriding the file system (for HTML/404 "models").
   const routes = new Map();
@@ -51,6 +52,12 @@ export async function startServer({ port = 0, host = '127.0.0.1', mounts, quiet 
     if (routes.has(p)) return routes.get(p)(req, res, rec);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { Allow: 'GET, HEAD' });
+      return res.end();
+    }
+    const bad = faults.get(p);
+    if (bad?.status && bad.times > 0) {
+      bad.times -= 1;
+      res.writeHead(bad.status, bad.retryAfter ? { 'Retry-After': String(bad.retryAfter) } : {});
       return res.end();
     }
     const file = resolve(entries, p);
