@@ -34,6 +34,11 @@ pub const FUEL: u64 = 5_000_000;
 /// callers should prefer the model's own template and say when this one is used.
 pub const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+/// The fallback for Gemma models without a template (GGUF files converted without one): Gemma's
+/// turns, as its tokenizer_config.json template writes them (a system message opens the first
+/// user turn; the assistant is "model").
+pub const GEMMA: &str = "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first = '' %}{% set loop_messages = messages %}{% endif %}{% for message in loop_messages %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\n' + (first if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChatMessage {
     pub role: String,
@@ -126,6 +131,13 @@ impl ChatTemplate {
     /// The ChatML fallback for models without a template.
     pub fn chatml(bos_token: &str, eos_token: &str) -> Self {
         Self::new(CHATML, bos_token, eos_token).expect("the built-in template compiles")
+    }
+
+    /// The fallback for a model of architecture `arch` without a template: Gemma's turns for the
+    /// Gemma families (their tokens are in every Gemma vocabulary), ChatML otherwise.
+    pub fn fallback(arch: &str, bos_token: &str, eos_token: &str) -> Self {
+        let src = if arch.starts_with("gemma") { GEMMA } else { CHATML };
+        Self::new(src, bos_token, eos_token).expect("the built-in templates compile")
     }
 
     /// The prompt for `messages`; with `add_generation_prompt` it ends with the opening of an

@@ -306,7 +306,7 @@ impl Engine {
             None => {
                 let tok = self.tokenizer()?;
                 let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
-                fallback = ChatTemplate::chatml(&text(tok.bos_id()), &text(tok.eos_id()));
+                fallback = ChatTemplate::fallback(&self.rt.cfg.arch, &text(tok.bos_id()), &text(tok.eos_id()));
                 &fallback
             }
         };

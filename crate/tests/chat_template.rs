@@ -291,3 +291,31 @@ fn phi3_gguf_embedded_template() {
         assert_eq!(got, case["rendered"].as_str().unwrap());
     }
 }
+
+/// A Gemma GGUF without a template (the Gemma 3 270M Q4_K_M file has none) gets Gemma's turns:
+/// the fallback renders what the real Gemma 2 and Gemma 3 templates render.
+#[test]
+fn gemma_fallback_renders_like_the_real_templates() {
+    let convs = [
+        vec![ChatMessage::new("user", "Hi there ")],
+        vec![
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", "Name a color."),
+            ChatMessage::new("assistant", " Red. "),
+            ChatMessage::new("user", "Another?"),
+        ],
+    ];
+    let fallback = ChatTemplate::fallback("gemma3", "<bos>", "<eos>");
+    for file in ["gemma-3.jinja"] {
+        let real = ChatTemplate::new(&template_source(file), "<bos>", "<eos>").unwrap();
+        for msgs in &convs {
+            assert_eq!(fallback.render(msgs, true).unwrap(), real.render(msgs, true).unwrap(), "{file}");
+        }
+    }
+    let g2 = ChatTemplate::new(&template_source("gemma-2.jinja"), "<bos>", "<eos>").unwrap();
+    assert_eq!(fallback.render(&convs[0], true).unwrap(), g2.render(&convs[0], true).unwrap());
+    assert!(ChatTemplate::fallback("llama", "<s>", "</s>")
+        .render(&convs[0], true)
+        .unwrap()
+        .starts_with("<|im_start|>user"));
+}
