@@ -308,7 +308,10 @@ export class LocalEngine {
       if (signal?.aborted) throw abortReason(signal);
       const ids = await this.inputIds(input);
       const o = {};
-      for (const [k, v] of Object.entries(options)) if (GEN_KEYS[k] && v != null) o[k] = v;
+      for (const [k, v] of Object.entries(options)) {
+        if (GEN_KEYS[k] && v != null) o[k] = v;
+        else if (!GEN_KEYS[k] && k !== 'stop' && v !== undefined) throw namedError('InvalidOptionError', `generate: unknown option ${k} (known: ${Object.keys(GEN_KEYS).join(', ')}, stop, signal)`);
+      }
       const stops = (typeof options.stop === 'string' ? [options.stop] : options.stop || []).filter((s) => s);
       const maxTokens = o.maxTokens ?? 256; // the engine's default
       await this.call((w) => w.start(Uint32Array.from(ids), JSON.stringify(o)));

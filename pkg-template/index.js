@@ -71,7 +71,38 @@ function stream(run, userSignal) {
 let seq = 0;
 const newId = (p) => `${p}-${Date.now().toString(36)}${(seq++).toString(36)}`;
 
+// Request fields of chat.completions.create: those it uses, and OpenAI's that it does not do yet,
+// which are refused unless they hold their neutral value (clients often send the defaults).
+const CHAT_FIELDS = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'seed', 'stop', 'signal', 'n', 'user']);
+const CHAT_NOT_YET = {
+  response_format: (v) => v?.type === 'text',
+  tools: (v) => Array.isArray(v) && v.length === 0,
+  tool_choice: (v) => v === 'none',
+  functions: (v) => Array.isArray(v) && v.length === 0,
+  function_call: (v) => v === 'none',
+  parallel_tool_calls: () => false,
+  logprobs: (v) => v === false,
+  top_logprobs: (v) => v === 0,
+  logit_bias: (v) => v && typeof v === 'object' && Object.keys(v).length === 0,
+  frequency_penalty: (v) => v === 0,
+  presence_penalty: (v) => v === 0,
+};
+
+function invalid(message) {
+  const e = new Error(message);
+  e.name = 'InvalidOptionError';
+  return e;
+}
+
 function completionOptions(req) {
+  for (const [k, v] of Object.entries(req)) {
+    if (CHAT_FIELDS.has(k) || v == null) continue;
+    if (k in CHAT_NOT_YET) {
+      if (CHAT_NOT_YET[k](v)) continue;
+      throw invalid(`chat.completions.create: ${k} is not supported yet (it would be ignored, so the request is refused)`);
+    }
+    throw invalid(`chat.completions.create: unknown field ${k}`);
+  }
   const o = {
     maxTokens: req.max_completion_tokens ?? req.max_tokens ?? undefined,
     temperature: req.temperature ?? undefined,
@@ -83,11 +114,7 @@ function completionOptions(req) {
     stop: req.stop ?? undefined,
     signal: req.signal,
   };
-  if (req.n != null && req.n !== 1) {
-    const e = new Error('chat.completions.create: only n = 1 is supported');
-    e.name = 'InvalidOptionError';
-    throw e;
-  }
+  if (req.n != null && req.n !== 1) throw invalid('chat.completions.create: only n = 1 is supported');
   return o;
 }
 

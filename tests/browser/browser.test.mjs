@@ -746,3 +746,32 @@ test('a panic in the wasm module fails the pending and later calls cleanly; a ne
     assert.ok(v.before.length === 2 && JSON.stringify(v.before) === JSON.stringify(v.after), `${k}: ${JSON.stringify(v)}`);
   }
 });
+
+test('unknown and not-yet-supported options are refused by name, never silently dropped', async () => {
+  const r = await inPage(page, async () => {
+    const e = await ferrolm.createEngine({ model: '/hf/llama/', worker: false, cache: 'none' });
+    const err = (p) => Promise.resolve().then(p).then(() => 'accepted', (x) => `${x.name}: ${x.message}`);
+    const msgs = [{ role: 'user', content: 'hi' }];
+    const out = {
+      responseFormat: await err(() => e.chat.completions.create({ messages: msgs, response_format: { type: 'json_object' } })),
+      tools: await err(() => e.chat.completions.create({ messages: msgs, tools: [{ type: 'function', function: { name: 'f' } }] })),
+      logprobs: await err(() => e.chat.completions.create({ messages: msgs, logprobs: true, top_logprobs: 3 })),
+      penalty: await err(() => e.chat.completions.create({ messages: msgs, frequency_penalty: 0.5 })),
+      unknown: await err(() => e.chat.completions.create({ messages: msgs, temprature: 0.5 })),
+      // Neutral values pass the check (this folder has no tokenizer, so chat fails later, elsewhere).
+      neutral: await err(() => e.chat.completions.create({ messages: msgs, frequency_penalty: 0, logprobs: false, tools: [], response_format: { type: 'text' }, logit_bias: {} })),
+      typo: await err(async () => { for await (const _ of e.generate({ tokens: [1, 2] }, { maxToken: 3 })); }),
+      ok: await err(async () => { for await (const _ of e.generate({ tokens: [1, 2] }, { maxTokens: 1, topK: 5, temperature: 0.5 })); }),
+    };
+    await e.unload();
+    return out;
+  });
+  assert.ok(r.ok, r.message);
+  log('refused options:', JSON.stringify(r.value));
+  const v = r.value;
+  for (const [k, name] of [['responseFormat', 'response_format'], ['tools', 'tools'], ['logprobs', 'logprobs'], ['penalty', 'frequency_penalty'], ['unknown', 'temprature'], ['typo', 'maxToken']]) {
+    assert.match(v[k], new RegExp(`^InvalidOptionError: .*${name}`), k);
+  }
+  assert.match(v.neutral, /^TokenizerError/);
+  assert.equal(v.ok, 'accepted');
+});
