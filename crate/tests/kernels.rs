@@ -327,7 +327,11 @@ fn matvec_norm_and_glu() {
         )
         .unwrap();
         let what = format!("matvec norm {l:?} glu={glu} idot={idot}");
-        assert_close(&read(&g, &yb, want.len()), &want, 1e-4, 1e-4, &what);
+        // As in check_linear: f32 sums of k terms (the outlier makes some large, and the GLU
+        // multiplies the gate's error by the up value) differ by up to ~1e-4 * sqrt(k) from the
+        // reference's order; a fixed 1e-4 failed about one seed in a few hundred, before and after
+        // this session's changes (seed 1795693190455269067: 1.8e-4).
+        assert_close(&read(&g, &yb, want.len()), &want, 1e-4 * (k as f32).sqrt(), 1e-4, &what);
     }
 }
 

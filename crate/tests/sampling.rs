@@ -170,6 +170,12 @@ fn draws_follow_the_cpu_rules() {
         for p in cases() {
             let want = reference(&l, &history, &p);
             let prob: std::collections::HashMap<u32, f64> = want.iter().cloned().collect();
+            // The GPU sums the weights before the cut's bin in fixed point (2^-19 of the largest
+            // weight a token): a cut within ~1e-4 of p may keep one token more or less. Draws must
+            // come from the set a top-p 0.001 larger keeps.
+            let loose = SamplingParams { top_p: (p.top_p + 1e-3).min(1.0), ..p.clone() };
+            let allowed: std::collections::HashSet<u32> =
+                reference(&l, &history, &loose).iter().map(|&(t, _)| t).collect();
             let mut counts: std::collections::HashMap<u32, usize> = Default::default();
             let n = 2048;
             for b in 0..n / rig.slots {
@@ -177,7 +183,7 @@ fn draws_follow_the_cpu_rules() {
                 rig.set(&g, &p, &history);
                 for t in rig.draw(&g, (b * rig.slots) as u32) {
                     assert!(
-                        prob.contains_key(&t),
+                        allowed.contains(&t),
                         "v {v} {p:?}: drew {t}, which the CPU does not keep ({} kept)",
                         want.len()
                     );
