@@ -394,7 +394,3 @@ function contentText(c) {
   return c == null ? '' : String(c);
 }
 
-/** The streaming SHA-256 of the wasm module (store.js checks downloads with it). */
-export function Sha256Hasher() {
-  return new mod.Sha256Hasher();
-}

@@ -601,11 +601,11 @@ pub fn build(
 
     for (first, part) in w.embed.ranges() {
         let [l0, l1, l2] = part.layout_constants();
-        let ids = [("ID0", first as f64), ("ID1", (first + part.rows) as f64)];
+        let ids = (("ID0", first as f64), ("ID1", (first + part.rows) as f64));
         p.push(
             "embed",
             Kernel::Embed,
-            &[l0, l1, l2, ("H", cfg.hidden as f64), ("SCALE", cfg.embed_scale as f64), ids[0], ids[1]],
+            &[l0, l1, l2, ("H", cfg.hidden as f64), ("SCALE", cfg.embed_scale as f64), ids.0, ids.1],
             &[(0, &part.words), (1, &part.meta), (2, &bf.ids), (3, &bf.x)],
             Grid::PerToken((cfg.hidden as u32 / 8).div_ceil(64)),
         );
@@ -766,9 +766,11 @@ pub fn build(
         &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)],
         Grid::Fixed(1),
     );
+    // Decode steps may sample instead; prefill chunks never do (the first token comes from the
+    // prompt's logits, read back).
     p.pick = Some(true);
     let sl = SampleLayout::new(cfg.vocab);
-    for (phase, wide) in PHASES {
+    for (phase, wide) in PHASES.into_iter().filter(|_| !batched) {
         let grid = Grid::Fixed(if wide { sl.nw as u32 } else { 1 });
         let bufs = [
             (0, &bf.logits),

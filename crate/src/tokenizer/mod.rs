@@ -84,13 +84,12 @@ impl Tokenizer {
     /// Load a Hugging Face tokenizer.json; BOS/EOS and `add_bos_token` come from
     /// tokenizer_config.json when given.
     pub fn from_hf_json(tokenizer_json: &str, tokenizer_config_json: Option<&str>) -> Result<Tokenizer> {
-        use std::str::FromStr;
+        // Parsed once: validated as JSON, then built from the same value.
         let parsed: serde_json::Value =
             serde_json::from_str(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         validate::hf_json(&parsed)?;
-        drop(parsed);
-        let hf =
-            tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
+        let hf: tokenizers::Tokenizer =
+            serde_json::from_value(parsed).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let config: serde_json::Value = match tokenizer_config_json {
             Some(s) => serde_json::from_str(s).map_err(|e| tok_err(format!("tokenizer_config.json: {e}")))?,
             None => serde_json::Value::Null,
