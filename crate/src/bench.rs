@@ -75,7 +75,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
 
     // Decoding `gen` tokens from `start` with the GPU choosing each one.
     async fn decode(
-        rt: &mut crate::engine::Runtime,
+        rt: &mut crate::runtime::Runtime,
         start: usize,
         first: u32,
         gen: usize,

@@ -53,6 +53,8 @@ impl ChatMessage {
 
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The template's text (what it supports, e.g. tools, is read from it).
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -108,7 +110,12 @@ impl ChatTemplate {
         env.add_function("strftime_now", |fmt: String| strftime(&fmt, now_unix_seconds()));
         env.add_filter("tojson", tojson);
         env.add_template_owned("chat_template", source.to_string()).map_err(template_err)?;
-        Ok(ChatTemplate { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        Ok(ChatTemplate {
+            env,
+            source: source.to_string(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
     }
 
     /// The template in `tokenizer.chat_template`, with BOS/EOS texts from the vocabulary; `None`
@@ -143,9 +150,28 @@ impl ChatTemplate {
     /// The prompt for `messages`; with `add_generation_prompt` it ends with the opening of an
     /// assistant turn.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let messages = serde_json::to_value(messages).map_err(|e| Error::Template(e.to_string()))?;
+        self.render_json(&messages, None, add_generation_prompt)
+    }
+
+    /// The template's text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// `render` for messages as JSON (OpenAI's shape: `tool_calls`, `tool_call_id`, `name`, ...)
+    /// and with `tools` (JSON schemas of functions) when given, as transformers'
+    /// `apply_chat_template(messages, tools=...)` passes them.
+    pub fn render_json(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let tmpl = self.env.get_template("chat_template").map_err(template_err)?;
         let ctx = minijinja::context! {
             messages => Value::from(minijinja::value::Serde(messages)),
+            tools => tools.map(|t| Value::from(minijinja::value::Serde(t))),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),

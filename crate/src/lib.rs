@@ -4,12 +4,16 @@
 //! in the browser (wgpu's WebGPU backend) through wasm-bindgen.
 
 pub mod bench;
+pub mod chat;
 pub mod chat_limits;
 pub mod chat_template;
+pub mod constrain;
 pub mod engine;
 pub mod error;
+pub mod generation;
 pub mod gpu;
 pub mod model;
+pub mod runtime;
 pub mod sampler;
 pub mod synth;
 pub mod tokenizer;

@@ -17,12 +17,28 @@ pub struct SamplingParams {
     pub min_p: f32,
     /// 1 means no penalty; >1 discourages tokens already in the context (CTRL/llama.cpp style).
     pub repetition_penalty: f32,
+    /// OpenAI's: subtracted from a token's logit once per time it was generated so far.
+    pub frequency_penalty: f32,
+    /// OpenAI's: subtracted from the logit of every token generated so far.
+    pub presence_penalty: f32,
+    /// Added to the logits of these token ids (OpenAI's `logit_bias`, -100..=100).
+    pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0, seed: 0 }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
     }
 }
 
@@ -41,11 +57,92 @@ impl SamplingParams {
         if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
             return bad(format!("repetition penalty must be a finite number > 0, got {}", self.repetition_penalty));
         }
+        for (name, v) in [("frequency penalty", self.frequency_penalty), ("presence penalty", self.presence_penalty)] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
+        if let Some((id, b)) = self.logit_bias.iter().find(|(_, b)| !(-100.0..=100.0).contains(b)) {
+            return bad(format!("logit bias of token {id} must be in [-100, 100], got {b}"));
+        }
         Ok(())
+    }
+
+    /// OpenAI's adjustments, in place: logit bias, then frequency and presence penalties over
+    /// the `generated` tokens.
+    pub fn adjust(&self, logits: &mut [f32], generated: &[u32]) {
+        for &(id, b) in &self.logit_bias {
+            if let Some(x) = logits.get_mut(id as usize) {
+                *x += b;
+            }
+        }
+        if self.frequency_penalty == 0.0 && self.presence_penalty == 0.0 {
+            return;
+        }
+        let mut counts = std::collections::HashMap::<u32, u32>::new();
+        for &t in generated {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (t, n) in counts {
+            if let Some(x) = logits.get_mut(t as usize) {
+                *x -= self.frequency_penalty * n as f32 + self.presence_penalty;
+            }
+        }
     }
 
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
+    }
+}
+
+/// A model's own sampling defaults (generation_config.json, or GGUF `general.sampling.*`), used by
+/// the chat API where the request does not say; what a model lacks falls back to OpenAI's
+/// (temperature 1, top-p 1). `do_sample` is not read: like vLLM, a chat samples by default.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<usize>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+}
+
+impl SamplingDefaults {
+    /// From generation_config.json's text (fields that are missing or not numbers are skipped).
+    pub fn from_generation_config(text: &str) -> SamplingDefaults {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).map(|x| x as f32).filter(|x| x.is_finite());
+        SamplingDefaults {
+            temperature: f("temperature"),
+            top_p: f("top_p"),
+            top_k: v.get("top_k").and_then(|x| x.as_u64()).map(|x| x as usize),
+            min_p: f("min_p"),
+            repetition_penalty: f("repetition_penalty"),
+        }
+    }
+
+    /// From a GGUF's `general.sampling.*` keys (llama.cpp's names).
+    pub fn from_gguf(g: &crate::weights::gguf::GgufFile) -> SamplingDefaults {
+        let f = |k: &str| g.get_f64(k).ok().flatten().map(|x| x as f32).filter(|x| x.is_finite());
+        SamplingDefaults {
+            temperature: f("general.sampling.temp"),
+            top_p: f("general.sampling.top_p"),
+            top_k: g.get_u64("general.sampling.top_k").ok().flatten().map(|x| x as usize),
+            min_p: f("general.sampling.min_p"),
+            repetition_penalty: f("general.sampling.penalty_repeat"),
+        }
+    }
+
+    /// Parameters for a chat request: the model's defaults, else OpenAI's.
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k: self.top_k.unwrap_or(0),
+            min_p: self.min_p.unwrap_or(0.0),
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+            ..SamplingParams::default()
+        }
     }
 }
 
@@ -113,6 +210,19 @@ pub fn top_k(v: &[f32], k: usize) -> Vec<(u32, f32)> {
     idx.truncate(k);
     idx.sort_by(|&a, &b| v[b as usize].total_cmp(&v[a as usize]).then(a.cmp(&b)));
     idx.into_iter().map(|i| (i, v[i as usize])).collect()
+}
+
+/// Log-probability of `id` under softmax(`logits`), with the `k` most likely alternatives.
+pub fn logprob(logits: &[f32], id: u32, k: usize) -> crate::generation::TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&x| ((x - max) as f64).exp()).sum();
+    let lse = max as f64 + sum.ln();
+    let lp = |x: f32| (x as f64 - lse) as f32;
+    crate::generation::TokenLogprob {
+        token: id,
+        logprob: lp(logits[id as usize]),
+        top: top_k(logits, k).into_iter().map(|(i, x)| (i, lp(x))).collect(),
+    }
 }
 
 impl Sampler {
@@ -237,9 +347,24 @@ mod tests {
             SamplingParams { top_p: 0.0, ..Default::default() },
             SamplingParams { min_p: 2.0, ..Default::default() },
             SamplingParams { repetition_penalty: 0.0, ..Default::default() },
+            SamplingParams { frequency_penalty: 2.5, ..Default::default() },
+            SamplingParams { logit_bias: vec![(3, -101.0)], ..Default::default() },
         ] {
             assert!(matches!(Sampler::new(p), Err(Error::InvalidOption(_))));
         }
+    }
+
+    #[test]
+    fn openai_penalties_and_bias() {
+        let p = SamplingParams {
+            frequency_penalty: 0.5,
+            presence_penalty: 0.25,
+            logit_bias: vec![(2, 10.0)],
+            ..Default::default()
+        };
+        let mut l = [1.0f32, 1.0, 1.0];
+        p.adjust(&mut l, &[0, 0, 1]);
+        assert_eq!(l, [1.0 - 1.0 - 0.25, 1.0 - 0.5 - 0.25, 11.0]);
     }
 
     #[test]

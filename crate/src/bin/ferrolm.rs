@@ -24,6 +24,15 @@ enum Cmd {
     Generate(GenerateArgs),
     /// Interactive chat (reads lines from stdin).
     Chat(ChatArgs),
+    /// Answer OpenAI chat-completion requests (JSON files, `-` for stdin) in order on one
+    /// engine, printing each response (or, with "stream": true, each chunk) as a JSON line.
+    ChatCompletion {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// A request file (the body of POST /v1/chat/completions); repeatable.
+        #[arg(long, required = true)]
+        request: Vec<String>,
+    },
     /// Tokenize text like HF `tokenizer(text, add_special_tokens=False)`.
     Tokenize {
         #[arg(long)]
@@ -108,6 +117,12 @@ struct SamplingArgs {
     min_p: Option<f32>,
     #[arg(long, alias = "repeat-penalty")]
     repetition_penalty: Option<f32>,
+    /// OpenAI's frequency penalty (-2..2; tokens are then chosen on the CPU).
+    #[arg(long)]
+    frequency_penalty: Option<f32>,
+    /// OpenAI's presence penalty (-2..2; tokens are then chosen on the CPU).
+    #[arg(long)]
+    presence_penalty: Option<f32>,
     /// Random seed (default: from the clock); the same seed gives the same output.
     #[arg(long)]
     seed: Option<u64>,
@@ -121,20 +136,22 @@ impl SamplingArgs {
             || self.top_p.is_some()
             || self.min_p.is_some()
             || self.repetition_penalty.is_some()
+            || self.frequency_penalty.is_some()
+            || self.presence_penalty.is_some()
             || self.seed.is_some()
     }
 
     fn params(&self, default: SamplingParams) -> SamplingParams {
-        let seed = self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-        });
         SamplingParams {
             temperature: self.temperature.unwrap_or(default.temperature),
             top_k: self.top_k.unwrap_or(default.top_k),
             top_p: self.top_p.unwrap_or(default.top_p),
             min_p: self.min_p.unwrap_or(default.min_p),
             repetition_penalty: self.repetition_penalty.unwrap_or(default.repetition_penalty),
-            seed,
+            frequency_penalty: self.frequency_penalty.unwrap_or(default.frequency_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(default.presence_penalty),
+            logit_bias: default.logit_bias,
+            seed: self.seed.unwrap_or_else(clock_seed),
         }
     }
 }
@@ -162,6 +179,21 @@ struct GenerateArgs {
     /// Report the K largest raw logits of the first generated position.
     #[arg(long, default_value_t = 0)]
     top_logits: usize,
+    /// Stop when the text contains this string (not included in the output); repeatable.
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Report each generated token's log-probability with K alternatives (0..=20; --json).
+    #[arg(long)]
+    logprobs: Option<usize>,
+    /// The output must be a JSON value valid under the JSON schema in FILE.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    json_schema: Option<String>,
+    /// The output must be a JSON object.
+    #[arg(long, group = "constraint")]
+    json_object: bool,
+    /// The output must follow the Lark grammar in FILE (llguidance's dialect; `start` rule).
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    grammar: Option<String>,
     /// Print one JSON object (last line of stdout) instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -179,6 +211,11 @@ struct ChatArgs {
     sampling: SamplingArgs,
 }
 
+/// A seed from the clock, for requests that give none.
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
 fn main() {
     // Piping into `head` must end the program quietly, not panic on a closed stdout.
     #[cfg(unix)]
@@ -189,6 +226,7 @@ fn main() {
     let res = match cli.cmd {
         Cmd::Generate(a) => generate(a),
         Cmd::Chat(a) => chat(a),
+        Cmd::ChatCompletion { model, request } => chat_completion(&model, &request),
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
         Cmd::Inspect { model, json } => inspect(&model, json),
         Cmd::Bench { model, prompt_len, gen, depth, reps, sampling, json } => {
@@ -294,13 +332,26 @@ fn generate(a: GenerateArgs) -> Result<()> {
         msgs.push(ChatMessage { role: "user".into(), content: a.chat.clone().unwrap_or_default() });
         engine.chat_ids(&msgs)?
     };
+    let read = |f: &str| std::fs::read_to_string(f).map_err(|e| Error::io(f, e));
+    let constraint = if let Some(f) = &a.json_schema {
+        let schema = serde_json::from_str(&read(f)?)
+            .map_err(|e| Error::InvalidOption(format!("--json-schema {f}: not JSON: {e}")))?;
+        Some(ferrolm::constrain::ConstraintSpec::JsonSchema(schema))
+    } else if let Some(f) = &a.grammar {
+        Some(ferrolm::constrain::ConstraintSpec::Lark(read(f)?))
+    } else {
+        a.json_object.then_some(ferrolm::constrain::ConstraintSpec::JsonObject)
+    };
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
         sampling,
-        stop_ids: None,
+        stop: a.stop.clone(),
         top_logits: a.top_logits,
-        cpu_sampling: false,
+        logprobs: a.logprobs,
+        constraint,
+        ..Default::default()
     };
+    opts.validate()?;
     let json = a.json;
     let mut out = std::io::stdout();
     let gen = block_on(engine.generate(&prompt, &opts, &mut |_, piece| {
@@ -317,6 +368,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
             "text": gen.text,
             "stats": gen.stats,
         });
+        if a.logprobs.is_some() {
+            v["logprobs"] = serde_json::json!(gen.logprobs);
+        }
         if a.top_logits > 0 {
             v["top_logits"] =
                 serde_json::json!(gen.top_logits.iter().map(|&(i, l)| serde_json::json!([i, l])).collect::<Vec<_>>());
@@ -375,6 +429,37 @@ fn chat(a: ChatArgs) -> Result<()> {
         println!();
         msgs.push(ChatMessage { role: "assistant".into(), content: gen.text.trim().to_string() });
     }
+}
+
+fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
+    let reqs = requests
+        .iter()
+        .map(|f| {
+            let text = if f == "-" {
+                std::io::read_to_string(std::io::stdin()).map_err(|e| Error::io("stdin", e))?
+            } else {
+                std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?
+            };
+            ferrolm::chat::ChatRequest::from_json(&text)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut engine = load(m, true)?;
+    let mut out = std::io::stdout();
+    for (i, req) in reqs.iter().enumerate() {
+        let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut run =
+            ferrolm::chat::ChatRun::new(&mut engine, req, clock_seed(), created, format!("chatcmpl-ferrolm-{i}"))?;
+        if run.is_stream() {
+            while let Some(chunk) = block_on(run.next_chunk(&mut engine))? {
+                let _ = writeln!(out, "{chunk}");
+                let _ = out.flush();
+            }
+        } else {
+            let r = block_on(run.complete(&mut engine))?;
+            let _ = writeln!(out, "{r}");
+        }
+    }
+    Ok(())
 }
 
 fn tokenize(model: &str, text: &str, json: bool) -> Result<()> {

@@ -56,6 +56,8 @@ struct Inner {
     /// Encode text that starts with a space as if it had one more: SentencePiece's dummy prefix
     /// for a pipeline whose `Metaspace` would not add it there (GGUF Mistral v3, see gguf.rs).
     prefix_leading_space: bool,
+    /// The vocabulary spells bytes GPT-2's way (computed on first use).
+    byte_level: std::sync::OnceLock<bool>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -131,7 +133,18 @@ impl Tokenizer {
         add_bos: bool,
         eos_ids: Vec<u32>,
     ) -> Self {
-        Tokenizer { inner: Arc::new(Inner { hf, tokens, bos, eos, add_bos, eos_ids, prefix_leading_space: false }) }
+        Tokenizer {
+            inner: Arc::new(Inner {
+                hf,
+                tokens,
+                bos,
+                eos,
+                add_bos,
+                eos_ids,
+                prefix_leading_space: false,
+                byte_level: Default::default(),
+            }),
+        }
     }
 
     fn prefix_leading_space(&mut self) {
@@ -187,12 +200,100 @@ impl Tokenizer {
         self.inner.tokens.len()
     }
 
+    /// The id of a token spelled `text` in the vocabulary (special tokens included).
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.inner.hf.token_to_id(text)
+    }
+
+    /// One token's bytes as generated text holds them (special tokens: their text); see
+    /// `token_bytes`.
+    pub fn piece_bytes(&self, id: u32) -> Vec<u8> {
+        let Some(t) = self.token_text(id) else { return Vec::new() };
+        if self.is_byte_level() {
+            let unbyte = gpt2_unicode_to_byte();
+            t.chars()
+                .map(|c| unbyte.get(&c).copied())
+                .collect::<Option<Vec<u8>>>()
+                .unwrap_or_else(|| t.as_bytes().to_vec())
+        } else if let Some(b) = byte_fallback(t) {
+            vec![b]
+        } else {
+            t.replace('\u{2581}', " ").into_bytes()
+        }
+    }
+
+    fn is_byte_level(&self) -> bool {
+        *self.inner.byte_level.get_or_init(|| {
+            serde_json::to_string(&self.inner.hf.get_decoder()).is_ok_and(|d| d.contains("\"ByteLevel\""))
+        })
+    }
+
+    /// Every token's bytes, by id, as generated text would hold them: byte-level pieces mapped
+    /// back to bytes (`Ġ` is a space), SentencePiece's `▁` a space and `<0xAB>` one byte.
+    /// Special tokens get the 0xFF prefix (never valid UTF-8, so no text spells them), the
+    /// convention of the constraint engine (toktrie); ids the vocabulary lacks are empty.
+    pub fn token_bytes(&self) -> Vec<Vec<u8>> {
+        let hf = &self.inner.hf;
+        let byte_level = self.is_byte_level();
+        let specials: std::collections::HashSet<u32> =
+            hf.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
+        let unbyte = gpt2_unicode_to_byte();
+        self.inner
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(id, t)| {
+                if t.is_empty() {
+                    Vec::new()
+                } else if specials.contains(&(id as u32)) {
+                    [&[0xFF][..], t.as_bytes()].concat()
+                } else if byte_level {
+                    match t.chars().map(|c| unbyte.get(&c).copied()).collect::<Option<Vec<u8>>>() {
+                        Some(b) => b,
+                        None => t.as_bytes().to_vec(), // an added (non-special) token: its text
+                    }
+                } else if let Some(b) = byte_fallback(t) {
+                    vec![b]
+                } else {
+                    t.replace('\u{2581}', " ").into_bytes()
+                }
+            })
+            .collect()
+    }
+
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
         match ids.iter().find(|&&id| self.token_text(id).is_none()) {
             None => Ok(()),
             Some(id) => Err(tok_err(format!("token id {id} is not in the vocabulary ({} tokens)", self.vocab_size()))),
         }
     }
+}
+
+/// GPT-2's byte-level alphabet backwards: the printable bytes stand for themselves, the others
+/// were moved to U+0100 and up, in order.
+fn gpt2_unicode_to_byte() -> std::collections::HashMap<char, u8> {
+    let mut map = std::collections::HashMap::new();
+    let mut shifted = 0u32;
+    for b in 0u32..256 {
+        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            shifted += 1;
+            255 + shifted
+        };
+        map.insert(char::from_u32(c).expect("below U+0200"), b as u8);
+    }
+    map
+}
+
+/// `<0xAB>`: a SentencePiece byte-fallback token.
+fn byte_fallback(t: &str) -> Option<u8> {
+    let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
 }
 
 /// EOS first, then the explicit end-of-turn ids from metadata, then special tokens with a known

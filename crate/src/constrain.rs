@@ -1,0 +1,140 @@
+//! Constrained decoding: output that must be JSON, match a JSON schema, a Lark grammar or a
+//! regular expression. Each step the constraint masks the logits of tokens that cannot continue
+//! a valid output, then learns the token chosen.
+//!
+//! The engine is `llguidance` (the one llama.cpp and vLLM use): an Earley parser over a lexer of
+//! derivatives of regular expressions, with a token trie, so a mask over a 150k vocabulary costs
+//! tens of microseconds. We give it our own vocabulary's bytes (`Tokenizer::token_bytes`).
+//! JSON schemas follow llguidance's coverage (most of draft 2020-12; `uniqueItems`, `not` and
+//! remote `$ref`s are refused with a message naming them).
+
+use std::sync::Arc;
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
+
+use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
+
+/// What the output must be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstraintSpec {
+    /// Any JSON object (OpenAI's `response_format: {type: 'json_object'}`).
+    JsonObject,
+    /// A value valid under this JSON schema.
+    JsonSchema(serde_json::Value),
+    /// Text of this Lark grammar (llguidance's dialect: `start` rule, `%json {schema}` inline).
+    Lark(String),
+    /// Text matching this regular expression.
+    Regex(String),
+}
+
+impl ConstraintSpec {
+    fn grammar(&self) -> TopLevelGrammar {
+        match self {
+            ConstraintSpec::JsonObject => {
+                TopLevelGrammar::from_json_schema(compact(serde_json::json!({ "type": "object" })))
+            }
+            ConstraintSpec::JsonSchema(s) => TopLevelGrammar::from_json_schema(compact(s.clone())),
+            ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            ConstraintSpec::Regex(r) => TopLevelGrammar::from_regex(r),
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            ConstraintSpec::JsonObject | ConstraintSpec::JsonSchema(_) => "JSON schema",
+            ConstraintSpec::Lark(_) => "grammar",
+            ConstraintSpec::Regex(_) => "regular expression",
+        }
+    }
+}
+
+/// JSON written without free whitespace (`{"a": 1, "b": [2]}`), unless the schema sets
+/// llguidance's options itself: with free whitespace a small model can pad the output with
+/// newlines until it runs out of tokens, the known failure of JSON modes.
+fn compact(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = schema.as_object_mut() {
+        o.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_flexible": false }));
+    }
+    schema
+}
+
+/// A model's vocabulary prepared for constraints (its trie and the parser factory); built once
+/// per engine, in tens of milliseconds.
+pub struct VocabEnv {
+    factory: ParserFactory,
+    vocab: usize,
+}
+
+impl VocabEnv {
+    /// `eos_ids[0]` is the token a finished output may end with.
+    pub fn new(tok: &Tokenizer, eos_ids: &[u32]) -> Result<VocabEnv> {
+        let words = tok.token_bytes();
+        let eos = *eos_ids.first().ok_or_else(|| {
+            Error::InvalidOption("constrained output needs an end-of-sequence token; the model names none".into())
+        })?;
+        if eos as usize >= words.len() {
+            return Err(Error::Tokenizer(format!("EOS id {eos} is outside the vocabulary ({} tokens)", words.len())));
+        }
+        let info = TokRxInfo::new(words.len() as u32, eos);
+        let trie = TokTrie::from(&info, &words);
+        let env: toktrie::TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+        let mut factory =
+            ParserFactory::new_simple(&env).map_err(|e| Error::InvalidOption(format!("constrained output: {e}")))?;
+        factory.quiet();
+        Ok(VocabEnv { factory, vocab: words.len() })
+    }
+}
+
+/// One output's constraint, stepping with the generation.
+pub struct Constraint {
+    m: Matcher,
+    vocab: usize,
+    what: &'static str,
+}
+
+impl Constraint {
+    /// Compile `spec`; an unsupported or unsatisfiable schema or a bad grammar is an
+    /// `InvalidOption` error with llguidance's message.
+    pub fn new(spec: &ConstraintSpec, env: &VocabEnv) -> Result<Constraint> {
+        let what = spec.what();
+        let m = Matcher::new(env.factory.create_parser(spec.grammar()));
+        if let Some(e) = m.get_error() {
+            return Err(Error::InvalidOption(format!("{what}: {e}")));
+        }
+        Ok(Constraint { m, vocab: env.vocab, what })
+    }
+
+    /// Set the logits of tokens the constraint forbids to -infinity.
+    pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
+        let allowed = self.m.compute_mask().map_err(|e| self.error(e))?;
+        let mut any = false;
+        for (i, x) in logits.iter_mut().enumerate() {
+            if i < self.vocab && allowed.is_allowed(i as u32) {
+                any = true;
+            } else {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        if !any {
+            return Err(Error::InvalidOption(format!("the {} allows no token here", self.what)));
+        }
+        Ok(())
+    }
+
+    /// The chosen token.
+    pub fn commit(&mut self, id: u32) -> Result<()> {
+        self.m.consume_token(id).map(|_| ()).map_err(|e| self.error(e))
+    }
+
+    /// The output is complete: the constraint allows nothing more (or the EOS token came).
+    pub fn is_done(&self) -> bool {
+        self.m.is_stopped()
+    }
+
+    fn error(&self, e: impl std::fmt::Display) -> Error {
+        Error::InvalidOption(format!("{}: {e}", self.what))
+    }
+}

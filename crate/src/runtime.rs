@@ -1,0 +1,342 @@
+//! The model on the GPU: weights, activations, KV cache, the recorded decode and prefill programs,
+//! and the submissions that run them.
+
+use crate::engine::{LoadOptions, Progress};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::model::forward::{self, Buffers, Program};
+use crate::model::weights::ModelWeights;
+use crate::model::ModelConfig;
+use crate::sampler::SamplingParams;
+
+/// Timestamp queries around one compute pass.
+struct Timer {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+}
+
+impl Timer {
+    pub(crate) fn new(gpu: &Gpu) -> Timer {
+        let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("step timer"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timestamps"),
+            size: 16,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        Timer { queries, resolve, readback: gpu.readback_buffer("timestamps readback", 16) }
+    }
+}
+
+/// The model on the GPU: weights, activations, KV cache and the two recorded programs.
+pub struct Runtime {
+    pub gpu: Gpu,
+    pub cfg: ModelConfig,
+    pub weights: ModelWeights,
+    pub bufs: Buffers,
+    decode: Program,
+    prefill: Program,
+    readback: wgpu::Buffer,
+    token_readback: Vec<wgpu::Buffer>,
+    pub context: usize,
+    pub max_batch: usize,
+    /// Tokens currently in the KV cache.
+    pub pos: usize,
+    /// The context length was chosen by the caller (else a prompt that does not fit grows it).
+    pub(crate) context_fixed: bool,
+    /// The caller's max_batch before it was limited to the context.
+    max_batch_opt: usize,
+    /// `ModelConfig::rope_table_key` of the rotary table in `bufs.rope`.
+    pub(crate) rope_key: usize,
+}
+
+impl Runtime {
+    /// Size the context, build activations and both programs for loaded weights.
+    pub(crate) fn new(
+        gpu: Gpu,
+        cfg: ModelConfig,
+        weights: ModelWeights,
+        opts: &LoadOptions,
+        progress: Progress<'_>,
+    ) -> Result<Runtime> {
+        let context = match opts.context_length {
+            Some(0) => return Err(Error::InvalidOption("context length must be at least 1".into())),
+            Some(c) => c,
+            None => cfg.context_train.clamp(1, 4096),
+        };
+        let max_batch = opts.max_batch.min(context);
+        let bufs = Buffers::new(&gpu, &cfg, max_batch, context)?;
+        progress("compile", 0, 2);
+        let decode = forward::build(&gpu, &cfg, &weights, &bufs, context, false)?;
+        progress("compile", 1, 2);
+        let prefill = forward::build(&gpu, &cfg, &weights, &bufs, context, true)?;
+        progress("compile", 2, 2);
+        let readback = gpu.readback_buffer("logits readback", cfg.vocab as u64 * 4);
+        let token_readback = (0..forward::TOKEN_SLOTS).map(|i| gpu.readback_buffer(&format!("token {i}"), 4)).collect();
+        gpu.check()?;
+        let rope_key = cfg.rope_table_key(1);
+        Ok(Runtime {
+            gpu,
+            cfg,
+            weights,
+            bufs,
+            decode,
+            prefill,
+            readback,
+            token_readback,
+            context,
+            max_batch,
+            pos: 0,
+            context_fixed: opts.context_length.is_some(),
+            max_batch_opt: opts.max_batch,
+            rope_key,
+        })
+    }
+
+    /// Reallocate activations and the KV cache for a longer context (the cache is emptied) and
+    /// rebuild both programs.
+    pub fn grow_context(&mut self, context: usize) -> Result<()> {
+        let max_batch = self.max_batch_opt.min(context);
+        let bufs = Buffers::new(&self.gpu, &self.cfg, max_batch, context)?;
+        let decode = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, false)?;
+        let prefill = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, true)?;
+        (self.bufs, self.decode, self.prefill) = (bufs, decode, prefill);
+        (self.context, self.max_batch, self.pos) = (context, max_batch, 0);
+        self.rope_key = self.cfg.rope_table_key(1);
+        self.gpu.check()
+    }
+
+    /// Before a new sequence of `prompt_len` tokens: the rotary table it needs, when the model's
+    /// frequencies depend on the length (longrope, dynamic NTK; `forward::rope_table_for`).
+    fn prepare_rope(&mut self, prompt_len: usize) {
+        let key = self.cfg.rope_table_key(prompt_len);
+        if key != self.rope_key {
+            let table = forward::rope_table_for(&self.cfg, prompt_len, self.context);
+            self.gpu.queue.write_buffer(&self.bufs.rope, 0, bytemuck::cast_slice(&table));
+            self.rope_key = key;
+        }
+    }
+}
+
+impl Runtime {
+    /// Record and submit one step over `ids` (or, with `None`, over the token the GPU sampled
+    /// in the previous step), copying the sampled token to readback `slot` and, if asked, the
+    /// logits to the logits readback buffer.
+    fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool, sampled: bool) -> wgpu::SubmissionIndex {
+        self.submit_timed(ids, slot, copy_logits, sampled, None)
+    }
+
+    fn submit_timed(
+        &mut self,
+        ids: Option<&[u32]>,
+        slot: usize,
+        copy_logits: bool,
+        sampled: bool,
+        timer: Option<&Timer>,
+    ) -> wgpu::SubmissionIndex {
+        let n = ids.map_or(1, |i| i.len()) as u32;
+        let gpu = &self.gpu;
+        if let Some(ids) = ids {
+            gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(ids));
+        }
+        gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n, self.pos as u32, slot as u32, 0]));
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        {
+            let timestamp_writes = timer.map(|t| wgpu::ComputePassTimestampWrites {
+                query_set: &t.queries,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: Some(1),
+            });
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
+            let program = if n == 1 { &self.decode } else { &self.prefill };
+            program.record(&mut pass, n, self.pos as u32, sampled);
+        }
+        if let Some(t) = timer {
+            enc.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);
+            enc.copy_buffer_to_buffer(&t.resolve, 0, &t.readback, 0, 16);
+        }
+        if copy_logits {
+            enc.copy_buffer_to_buffer(&self.bufs.logits, 0, &self.readback, 0, self.cfg.vocab as u64 * 4);
+        }
+        enc.copy_buffer_to_buffer(&self.bufs.tokens, slot as u64 * 4, &self.token_readback[slot], 0, 4);
+        self.pos += n as usize;
+        gpu.queue.submit([enc.finish()])
+    }
+
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        if ids.is_empty() {
+            return Err(Error::InvalidOption("the prompt is empty: at least one token is needed".into()));
+        }
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(Error::InvalidOption(format!(
+                "token id {bad} is outside the vocabulary (size {})",
+                self.cfg.vocab
+            )));
+        }
+        if self.pos + ids.len() > self.context {
+            return Err(Error::ContextOverflow { tokens: self.pos + ids.len(), max_new: 0, context: self.context });
+        }
+        Ok(())
+    }
+
+    /// Run `ids` through the model after the tokens already cached, returning the logits of
+    /// the last one. Long inputs go through in chunks of `max_batch`.
+    pub async fn forward(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        self.check_ids(ids)?;
+        if self.pos == 0 {
+            self.prepare_rope(ids.len());
+        }
+        let chunks: Vec<&[u32]> = ids.chunks(self.max_batch).collect();
+        let mut last = None;
+        for (i, chunk) in chunks.iter().enumerate() {
+            last = Some(self.submit(Some(chunk), 0, i + 1 == chunks.len(), false));
+        }
+        let bytes = self.gpu.read_mapped_after(&self.readback, self.cfg.vocab as u64 * 4, last).await?;
+        let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+        if logits.iter().any(|v| !v.is_finite()) {
+            return Err(Error::Gpu("the model produced non-finite logits (NaN or infinity)".into()));
+        }
+        Ok(logits)
+    }
+
+    /// Queue one decode step whose token is chosen on the GPU: by argmax, or (`sampled`) drawn
+    /// with the parameters of the last `set_sampling`. `first`: the token to feed, when the CPU
+    /// chose it. Returns the step's submission; its token lands in readback `slot`.
+    pub fn submit_token(&mut self, first: Option<u32>, slot: usize, sampled: bool) -> Result<wgpu::SubmissionIndex> {
+        if let Some(t) = first {
+            self.check_ids(&[t])?;
+        } else if self.pos + 1 > self.context {
+            return Err(Error::ContextOverflow { tokens: self.pos + 1, max_new: 0, context: self.context });
+        }
+        Ok(self.submit(first.as_ref().map(std::slice::from_ref), slot, false, sampled))
+    }
+
+    /// The parameters of the GPU sampler for the next `submit_token(.., true)` steps, and the
+    /// context so far for its repetition penalty (the sampler adds each token it draws).
+    pub fn set_sampling(&mut self, p: &SamplingParams, history: &[u32]) -> Result<()> {
+        p.validate()?;
+        let layout = crate::model::sampling::SampleLayout::new(self.cfg.vocab);
+        let q = &self.gpu.queue;
+        q.write_buffer(&self.bufs.sample_params, 0, &crate::model::sampling::params_bytes(p));
+        q.write_buffer(
+            &self.bufs.sample_state,
+            layout.pen_offset_bytes(),
+            bytemuck::cast_slice(&layout.pen_bits(history)),
+        );
+        Ok(())
+    }
+
+    /// The token a greedy step put in `slot`.
+    pub async fn read_token(&self, slot: usize, after: wgpu::SubmissionIndex) -> Result<u32> {
+        let bytes = self.gpu.read_mapped_after(&self.token_readback[slot], 4, Some(after)).await?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    /// GPU time of one decode step in milliseconds, from timestamp queries; `None` when the
+    /// adapter has no timestamps. The step runs at the current position and advances it.
+    pub async fn time_decode_step(&mut self) -> Result<Option<f64>> {
+        if !self.gpu.summary.timestamps {
+            return Ok(None);
+        }
+        let timer = Timer::new(&self.gpu);
+        let sub = self.submit_timed(None, 0, false, false, Some(&timer));
+        let bytes = self.gpu.read_mapped_after(&timer.readback, 16, Some(sub)).await?;
+        let t: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
+        let ns = t[1].saturating_sub(t[0]) as f64 * self.gpu.queue.get_timestamp_period() as f64;
+        Ok(Some(ns / 1e6))
+    }
+
+    /// GPU time per kernel of one step over `n` tokens (decode when `n == 1`), from timestamps
+    /// written between dispatches: (kernel, dispatches, total ms), slowest first. `None` when
+    /// the adapter cannot write timestamps inside passes. The step advances the position.
+    pub async fn profile_step(&mut self, n: usize) -> Result<Option<Vec<(String, usize, f64)>>> {
+        if !self.gpu.summary.timestamps_in_passes {
+            return Ok(None);
+        }
+        let program = if n == 1 { &self.decode } else { &self.prefill };
+        let count = program.dispatches(n, self.pos, false) as u32 + 1;
+        let qs = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count,
+        });
+        let size = count as u64 * 8;
+        let resolve = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile"),
+            size,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let readback = self.gpu.readback_buffer("profile readback", size);
+        let ids = vec![1u32; n];
+        self.gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(&ids));
+        self.gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n as u32, self.pos as u32, 0, 0]));
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        let kernels = {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            program.record_profiled(&mut pass, n as u32, self.pos as u32, false, &qs)
+        };
+        enc.resolve_query_set(&qs, 0..count, &resolve, 0);
+        enc.copy_buffer_to_buffer(&resolve, 0, &readback, 0, size);
+        let sub = self.gpu.queue.submit([enc.finish()]);
+        self.pos += n;
+        let bytes = self.gpu.read_mapped_after(&readback, size, Some(sub)).await?;
+        let t: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
+        let period = self.gpu.queue.get_timestamp_period() as f64;
+        let mut agg: Vec<(String, usize, f64)> = Vec::new();
+        for (i, k) in kernels.iter().enumerate() {
+            let ms = t[i + 1].saturating_sub(t[i]) as f64 * period / 1e6;
+            let name = k.to_string();
+            match agg.iter_mut().find(|a| a.0 == name) {
+                Some(a) => {
+                    a.1 += 1;
+                    a.2 += ms;
+                }
+                None => agg.push((name, 1, ms)),
+            }
+        }
+        agg.sort_by(|a, b| b.2.total_cmp(&a.2));
+        Ok(Some(agg))
+    }
+
+    /// Bytes of GPU memory the runtime holds: weights, activations, KV cache, readback.
+    pub fn gpu_bytes(&self) -> u64 {
+        self.weights.bytes + self.bufs.bytes + self.cfg.vocab as u64 * 4 + forward::TOKEN_SLOTS as u64 * 4
+    }
+
+    /// Weight bytes one decode step reads: every layer matrix, the LM head, one embedding row.
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        let w = &self.weights;
+        let layers: u64 = w
+            .layers
+            .iter()
+            .map(|l| l.wqkv.bytes + l.wo.bytes + l.w_gate_up.bytes + l.w_down.bytes + l.vecs.size())
+            .sum();
+        layers + w.lm_head().bytes + w.embed.bytes / w.embed.rows.max(1) as u64
+    }
+
+    /// Dispatches of a decode step at the current position (deep caches take one more per layer).
+    pub fn decode_dispatches(&self) -> usize {
+        self.decode_dispatches_at(self.pos)
+    }
+
+    /// Dispatches of a greedy decode step at cache position `pos`.
+    pub fn decode_dispatches_at(&self, pos: usize) -> usize {
+        self.decode.dispatches(1, pos, false)
+    }
+
+    /// Dispatches of a decode step whose token the GPU samples, at cache position `pos`.
+    pub fn sampled_dispatches_at(&self, pos: usize) -> usize {
+        self.decode.dispatches(1, pos, true)
+    }
+
+    /// Dispatches of a full prefill chunk.
+    pub fn prefill_dispatches(&self) -> usize {
+        self.prefill.dispatches(self.max_batch, 0, false)
+    }
+}
