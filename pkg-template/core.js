@@ -3,6 +3,7 @@
 
 import * as firstModule from './ferrolm.js';
 import { HF_TEXT_FILES, ModelFolder, ModelSource, cachedKind, namedError } from './store.js';
+import { retype } from './errors.js';
 
 // The wasm module. A panic inside it ends in a trap that leaves that instance unusable, so after
 // a crash the next load instantiates a fresh copy of the module.
@@ -46,7 +47,7 @@ globalThis.__ferrolmPanic = (message) => {
 };
 
 function toError(e) {
-  if (e instanceof Error) return e;
+  if (e instanceof Error) return retype(e);
   if (typeof e === 'string') return new Error(e);
   return new Error(String(e));
 }
@@ -84,28 +85,6 @@ export function abortReason(signal) {
   e.name = 'AbortError';
   return e;
 }
-
-/** Index of the first stop string in `text`, or -1; and how many trailing chars might start one. */
-export function findStop(text, stops) {
-  let best = -1;
-  for (const s of stops) {
-    const i = text.indexOf(s);
-    if (i >= 0 && (best < 0 || i < best)) best = i;
-  }
-  if (best >= 0) return { at: best, hold: 0 };
-  let hold = 0;
-  for (const s of stops) {
-    for (let k = Math.min(s.length - 1, text.length); k > hold; k--) {
-      if (text.endsWith(s.slice(0, k))) {
-        hold = k;
-        break;
-      }
-    }
-  }
-  return { at: -1, hold };
-}
-
-const GEN_KEYS = { maxTokens: 1, temperature: 1, topK: 1, topP: 1, minP: 1, repetitionPenalty: 1, seed: 1, stopIds: 1, topLogits: 1 };
 
 const FORMATS = ['auto', 'gguf', 'hf'];
 
@@ -268,7 +247,7 @@ export class LocalEngine {
         this.inflight = fail;
         Promise.resolve()
           .then(() => fn(this.wasm))
-          .then(ok, (e) => fail(this.dead || (e instanceof WebAssembly.RuntimeError ? namedError('EngineCrashedError', `the engine crashed: ${e.message}`) : e)));
+          .then(ok, (e) => fail(this.dead || (e instanceof WebAssembly.RuntimeError ? namedError('EngineCrashedError', `the engine crashed: ${e.message}`) : toError(e))));
       }).finally(() => { this.inflight = null; });
     });
     this.chain = p.catch(() => {});
@@ -299,7 +278,8 @@ export class LocalEngine {
 
   /**
    * Generate from `input`; calls `emit(chunk)` for every token and resolves to the result
-   * ({text, tokens, finishReason, usage, stats}). Generations queue behind each other.
+   * ({text, tokens, finishReason, usage, stats, logprobs}). Generations queue behind each other.
+   * Options are checked by the engine (an unknown one is an InvalidOptionError naming it).
    */
   async run(input, options = {}, emit = () => {}, signal) {
     if (signal?.aborted) throw abortReason(signal);
@@ -307,61 +287,66 @@ export class LocalEngine {
     try {
       if (signal?.aborted) throw abortReason(signal);
       const ids = await this.inputIds(input);
-      const o = {};
-      for (const [k, v] of Object.entries(options)) {
-        if (GEN_KEYS[k] && v != null) o[k] = v;
-        else if (!GEN_KEYS[k] && k !== 'stop' && v !== undefined) throw namedError('InvalidOptionError', `generate: unknown option ${k} (known: ${Object.keys(GEN_KEYS).join(', ')}, stop, signal)`);
-      }
-      const stops = (typeof options.stop === 'string' ? [options.stop] : options.stop || []).filter((s) => s);
-      const maxTokens = o.maxTokens ?? 256; // the engine's default
-      await this.call((w) => w.start(Uint32Array.from(ids), JSON.stringify(o)));
-      let full = ''; // generated text
-      let sent = 0; // chars of `full` already emitted
-      let finish = null;
+      const opts = JSON.stringify(options, (k, v) => (v === null ? undefined : v));
+      await this.call((w) => w.start(Uint32Array.from(ids), opts));
+      let aborted = false;
       let index = 0;
-      while (!finish) {
+      for (;;) {
         if (signal?.aborted) {
-          finish = 'abort';
+          aborted = true;
           break;
         }
         const ev = await this.call((w) => w.next());
         if (ev == null) break;
         const t = JSON.parse(ev);
-        full += t.text;
-        let text;
-        if (stops.length) {
-          const { at, hold } = findStop(full, stops);
-          if (at >= 0) {
-            full = full.slice(0, at);
-            finish = 'stop';
-          }
-          const upto = at >= 0 ? at : full.length - hold;
-          text = full.slice(sent, Math.max(sent, upto));
-          sent = Math.max(sent, upto);
-        } else {
-          text = t.text;
-          sent = full.length;
-        }
-        if (t.stop) finish = 'stop';
-        if ((finish || index + 1 >= maxTokens) && sent < full.length) {
-          text += full.slice(sent);
-          sent = full.length;
-        }
-        emit({ index: index++, token: t.token, text, stop: !!t.stop });
+        const chunk = { index: index++, token: t.token, text: t.text, stop: !!t.stop };
+        if (t.logprob) chunk.logprob = t.logprob;
+        emit(chunk);
       }
-      if (sent < full.length) emit({ index: index++, token: null, text: full.slice(sent), stop: false }); // held-back text
-      if (finish) await this.call((w) => w.cancel());
+      if (aborted) await this.call((w) => w.cancel());
       const r = JSON.parse(await this.call((w) => w.result()));
-      const reason = finish || r.stats.stop_reason;
+      const reason = aborted ? 'abort' : r.stats.stop_reason;
       return {
-        text: full,
+        text: r.text,
         tokens: r.tokens,
         promptTokens: r.prompt_ids.length,
         finishReason: reason === 'stop' ? 'stop' : reason === 'abort' || reason === 'cancelled' ? 'abort' : 'length',
-        usage: { prompt_tokens: r.prompt_ids.length, completion_tokens: r.tokens.length, total_tokens: r.prompt_ids.length + r.tokens.length },
+        usage: usage(r.prompt_ids.length, r.tokens.length, r.stats.cached_tokens),
         stats: r.stats,
         topLogits: r.top_logits,
+        logprobs: r.logprobs,
       };
+    } finally {
+      this.genLock.release();
+    }
+  }
+
+  /**
+   * An OpenAI chat completion (`req` without `signal`). Streamed requests call `emit(chunk)` for
+   * each `chat.completion.chunk` and resolve to the final `chat.completion` object; others
+   * resolve to it directly. Stops early (finish 'stop') when `signal` aborts.
+   */
+  async chat(req, id, emit = () => {}, signal) {
+    if (signal?.aborted) throw abortReason(signal);
+    await this.genLock.acquire(signal);
+    try {
+      if (signal?.aborted) throw abortReason(signal);
+      const body = JSON.stringify(req);
+      const stream = await this.call((w) => w.chatStart(body, id));
+      for (;;) {
+        if (signal?.aborted) {
+          await this.call((w) => w.cancel());
+          break;
+        }
+        if (!stream) {
+          if (!(await this.call((w) => w.chatStep()))) break;
+          continue;
+        }
+        const c = await this.call((w) => w.chatNext());
+        if (c == null) break;
+        emit(JSON.parse(c));
+      }
+      return JSON.parse(await this.call((w) => w.chatUsage()));
     } finally {
       this.genLock.release();
     }
@@ -387,6 +372,10 @@ async function adapterInfo() {
   } catch {
     return null;
   }
+}
+
+function usage(prompt, completion, cached) {
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
 }
 
 function contentText(c) {

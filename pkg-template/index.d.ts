@@ -53,14 +53,27 @@ export interface CreateEngineOptions {
   signal?: AbortSignal;
 }
 
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; /** JSON text. */ arguments: string };
+}
+
 export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | string;
-  content: string | Array<{ type?: string; text?: string }>;
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool' | string;
+  /** null only for an assistant message that holds tool_calls. */
+  content: string | Array<{ type?: 'text'; text: string }> | null;
+  name?: string;
+  /** An assistant turn's calls (send them back as they came). */
+  tool_calls?: ToolCall[];
+  /** A tool result's call id (role 'tool'). */
+  tool_call_id?: string;
 }
 
 export type GenerateInput = string | ChatMessage[] | { tokens: number[] };
 
 export interface GenerateOptions {
+  /** Default 256. */
   maxTokens?: number;
   /** 0 (default) is greedy. */
   temperature?: number;
@@ -68,6 +81,11 @@ export interface GenerateOptions {
   topP?: number;
   minP?: number;
   repetitionPenalty?: number;
+  /** OpenAI's penalties (-2..2), over the generated tokens. */
+  frequencyPenalty?: number;
+  presencePenalty?: number;
+  /** Token id -> bias added to its logit (-100..100). */
+  logitBias?: Record<string, number>;
   seed?: number;
   /** Stop strings: generation ends when the text contains one; it is not returned. */
   stop?: string | string[];
@@ -75,7 +93,26 @@ export interface GenerateOptions {
   stopIds?: number[];
   /** Report the largest logits of the first generated position in `result.topLogits`. */
   topLogits?: number;
+  /** Report each token's log-probability with this many alternatives (0..20) in `chunk.logprob`
+   *  and `result.logprobs`. */
+  logprobs?: number;
+  /** The output must be JSON valid under this schema. */
+  jsonSchema?: object | boolean;
+  /** The output must be a JSON object. */
+  jsonObject?: boolean;
+  /** The output must follow this Lark grammar (llguidance's dialect, `start` rule). */
+  grammar?: string;
+  /** Reuse the KV cache of the prefix shared with the previous generation (default true). */
+  prefixCache?: boolean;
   signal?: AbortSignal;
+}
+
+export interface TokenLogprob {
+  token: number;
+  /** log-softmax of the raw logits (before temperature, penalties and constraints). */
+  logprob: number;
+  /** [token id, logprob] pairs, most likely first. */
+  top: Array<[number, number]>;
 }
 
 export interface GenerateChunk {
@@ -86,10 +123,13 @@ export interface GenerateChunk {
   text: string;
   /** The token is a stop (EOS) token. */
   stop: boolean;
+  logprob?: TokenLogprob;
 }
 
 export interface GenerationStats {
   prompt_tokens: number;
+  /** Prompt tokens whose KV cache was reused from the previous sequence. */
+  cached_tokens: number;
   generated_tokens: number;
   prefill_ms: number;
   decode_ms: number;
@@ -100,14 +140,22 @@ export interface GenerationStats {
   dispatches_per_token: number;
 }
 
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+}
+
 export interface GenerateResult {
   text: string;
   tokens: number[];
   promptTokens: number;
   finishReason: 'stop' | 'length' | 'abort';
-  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  usage: Usage;
   stats: GenerationStats;
   topLogits: Array<[number, number]>;
+  logprobs: TokenLogprob[];
 }
 
 export interface GenerateStream extends AsyncIterableIterator<GenerateChunk> {
@@ -115,22 +163,56 @@ export interface GenerateStream extends AsyncIterableIterator<GenerateChunk> {
   result: Promise<GenerateResult>;
 }
 
+export interface Tool {
+  type: 'function';
+  function: { name: string; description?: string; /** JSON schema of the arguments. */ parameters?: object; strict?: boolean };
+}
+
 export interface ChatCompletionRequest {
   messages: ChatMessage[];
   model?: string;
-  stream?: boolean;
-  stream_options?: { include_usage?: boolean };
-  max_tokens?: number;
-  max_completion_tokens?: number;
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  min_p?: number;
-  repetition_penalty?: number;
-  seed?: number;
-  stop?: string | string[];
-  n?: 1;
+  stream?: boolean | null;
+  stream_options?: { include_usage?: boolean } | null;
+  /** Default 256. */
+  max_tokens?: number | null;
+  max_completion_tokens?: number | null;
+  /** Defaults come from the model (generation_config.json or GGUF general.sampling.*), else
+   *  OpenAI's: temperature 1, top_p 1. */
+  temperature?: number | null;
+  top_p?: number | null;
+  top_k?: number | null;
+  min_p?: number | null;
+  repetition_penalty?: number | null;
+  frequency_penalty?: number | null;
+  presence_penalty?: number | null;
+  logit_bias?: Record<string, number> | null;
+  logprobs?: boolean | null;
+  /** 0..20; needs logprobs: true. */
+  top_logprobs?: number | null;
+  seed?: number | null;
+  /** Up to 4 stop strings. */
+  stop?: string | string[] | null;
+  /** Completions to generate (1..16; without stream). Choice i samples with seed + i. */
+  n?: number | null;
+  response_format?: { type: 'text' } | { type: 'json_object' } | { type: 'json_schema'; json_schema: { name?: string; description?: string; schema: object; strict?: boolean } } | null;
+  tools?: Tool[] | null;
+  tool_choice?: 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } } | null;
+  parallel_tool_calls?: boolean | null;
+  user?: string | null;
+  /** ferrolm: a Lark grammar the output must follow. */
+  grammar?: string | null;
+  /** ferrolm: 'error' (default) or 'drop_oldest' turns (after a system message) until it fits. */
+  context_overflow?: 'error' | 'drop_oldest' | null;
+  /** ferrolm: reuse the KV cache of the prefix shared with the previous request (default true). */
+  prefix_cache?: boolean | null;
   signal?: AbortSignal;
+}
+
+export interface ChatLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: Array<{ token: string; logprob: number; bytes: number[] }>;
 }
 
 export interface ChatCompletion {
@@ -138,8 +220,13 @@ export interface ChatCompletion {
   object: 'chat.completion';
   created: number;
   model: string;
-  choices: Array<{ index: number; message: { role: 'assistant'; content: string }; logprobs: null; finish_reason: 'stop' | 'length' }>;
-  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  choices: Array<{
+    index: number;
+    message: { role: 'assistant'; content: string | null; tool_calls?: ToolCall[] };
+    logprobs: { content: ChatLogprob[] } | null;
+    finish_reason: 'stop' | 'length' | 'tool_calls';
+  }>;
+  usage: Usage;
   stats: GenerationStats;
 }
 
@@ -148,16 +235,24 @@ export interface ChatCompletionChunk {
   object: 'chat.completion.chunk';
   created: number;
   model: string;
-  choices: Array<{ index: number; delta: { role?: 'assistant'; content?: string }; logprobs: null; finish_reason: 'stop' | 'length' | null }>;
-  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  choices: Array<{
+    index: number;
+    delta: { role?: 'assistant'; content?: string; tool_calls?: Array<ToolCall & { index: number }> };
+    logprobs: { content: ChatLogprob[] } | null;
+    finish_reason: 'stop' | 'length' | 'tool_calls' | null;
+  }>;
+  usage?: Usage;
 }
+
+export type ChatCompletionStream = AsyncIterableIterator<ChatCompletionChunk> & { result: Promise<ChatCompletion> };
 
 export interface EngineInfo {
   source: string;
   adapter: {
     backend: string; device_type: string; driver: string; name: string;
     max_buffer_size: number; max_storage_buffer_binding_size: number; max_workgroup_storage_size: number;
-    shader_f16: boolean; subgroups: boolean; timestamps: boolean;
+    shader_f16: boolean; subgroups: boolean; integer_dot: boolean; fused_attention: boolean;
+    timestamps: boolean; timestamps_in_passes: boolean;
   };
   config: Record<string, unknown>;
   contextLength: number;
@@ -187,8 +282,9 @@ export interface Engine {
   generate(input: GenerateInput, options?: GenerateOptions): GenerateStream;
   chat: {
     completions: {
-      create(req: ChatCompletionRequest & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk> & { result: Promise<GenerateResult> }>;
-      create(req: ChatCompletionRequest & { stream?: false }): Promise<ChatCompletion>;
+      create(req: ChatCompletionRequest & { stream: true }): Promise<ChatCompletionStream>;
+      create(req: ChatCompletionRequest & { stream?: false | null }): Promise<ChatCompletion>;
+      create(req: ChatCompletionRequest): Promise<ChatCompletion | ChatCompletionStream>;
     };
   };
   unload(): Promise<void>;
@@ -216,3 +312,24 @@ export function listCachedModels(): Promise<CachedModel[]>;
  *  all of its files. */
 export function deleteCachedModel(url: string): Promise<boolean>;
 export function initWasm(wasm?: string | URL): Promise<unknown>;
+
+/** Every error ferrolm throws is a FerrolmError subclass; `name` is the class name. */
+export class FerrolmError extends Error {}
+export class InvalidOptionError extends FerrolmError {}
+export class ContextOverflowError extends FerrolmError {}
+export class ModelFormatError extends FerrolmError {}
+export class UnsupportedModelError extends FerrolmError {}
+export class TokenizerError extends FerrolmError {}
+export class TemplateError extends FerrolmError {}
+/** An HTTP failure; `status` is the HTTP status when there was a response. */
+export class DownloadError extends FerrolmError { status?: number; }
+export class NetworkError extends FerrolmError {}
+export class IntegrityError extends FerrolmError {}
+export class CacheError extends FerrolmError {}
+export class IoError extends FerrolmError {}
+export class NoAdapterError extends FerrolmError {}
+export class GpuError extends FerrolmError {}
+export class GpuLimitsError extends FerrolmError {}
+export class EngineCrashedError extends FerrolmError {}
+export class EngineUnloadedError extends FerrolmError {}
+export class WorkerError extends FerrolmError {}

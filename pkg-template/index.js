@@ -5,11 +5,13 @@
 //   const r = await engine.chat.completions.create({ messages, max_tokens: 128 });
 
 import { LocalEngine, abortReason, initWasm } from './core.js';
+import { typedError } from './errors.js';
 export { listCachedModels, deleteCachedModel } from './store.js';
+export * from './errors.js';
 
+// An error from the worker, as the class of its name (so `instanceof` works across the worker).
 function rebuildError(d) {
-  const e = new Error(d.message);
-  e.name = d.name;
+  const e = typedError(d.name, d.message, d.fields);
   if (d.stack) e.stack = d.stack;
   return e;
 }
@@ -71,53 +73,6 @@ function stream(run, userSignal) {
 let seq = 0;
 const newId = (p) => `${p}-${Date.now().toString(36)}${(seq++).toString(36)}`;
 
-// Request fields of chat.completions.create: those it uses, and OpenAI's that it does not do yet,
-// which are refused unless they hold their neutral value (clients often send the defaults).
-const CHAT_FIELDS = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'seed', 'stop', 'signal', 'n', 'user']);
-const CHAT_NOT_YET = {
-  response_format: (v) => v?.type === 'text',
-  tools: (v) => Array.isArray(v) && v.length === 0,
-  tool_choice: (v) => v === 'none',
-  functions: (v) => Array.isArray(v) && v.length === 0,
-  function_call: (v) => v === 'none',
-  parallel_tool_calls: () => false,
-  logprobs: (v) => v === false,
-  top_logprobs: (v) => v === 0,
-  logit_bias: (v) => v && typeof v === 'object' && Object.keys(v).length === 0,
-  frequency_penalty: (v) => v === 0,
-  presence_penalty: (v) => v === 0,
-};
-
-function invalid(message) {
-  const e = new Error(message);
-  e.name = 'InvalidOptionError';
-  return e;
-}
-
-function completionOptions(req) {
-  for (const [k, v] of Object.entries(req)) {
-    if (CHAT_FIELDS.has(k) || v == null) continue;
-    if (k in CHAT_NOT_YET) {
-      if (CHAT_NOT_YET[k](v)) continue;
-      throw invalid(`chat.completions.create: ${k} is not supported yet (it would be ignored, so the request is refused)`);
-    }
-    throw invalid(`chat.completions.create: unknown field ${k}`);
-  }
-  const o = {
-    maxTokens: req.max_completion_tokens ?? req.max_tokens ?? undefined,
-    temperature: req.temperature ?? undefined,
-    topP: req.top_p ?? undefined,
-    topK: req.top_k ?? undefined,
-    minP: req.min_p ?? undefined,
-    repetitionPenalty: req.repetition_penalty ?? undefined,
-    seed: req.seed ?? undefined,
-    stop: req.stop ?? undefined,
-    signal: req.signal,
-  };
-  if (req.n != null && req.n !== 1) throw invalid('chat.completions.create: only n = 1 is supported');
-  return o;
-}
-
 class Engine {
   constructor(backend, info) {
     this._b = backend;
@@ -139,56 +94,52 @@ class Engine {
 
   /**
    * Stream a generation. `input`: a prompt string, an array of chat messages, or `{tokens}`.
-   * Options: maxTokens, temperature, topK, topP, minP, repetitionPenalty, seed, stop, stopIds, signal.
-   * Returns an async iterable of `{index, token, text, stop}` with a `result` promise.
+   * Options: see GenerateOptions in index.d.ts (signal aborts). Returns an async iterable of
+   * `{index, token, text, stop, logprob?}` with a `result` promise.
    */
   generate(input, options = {}) {
     const { signal, ...rest } = options;
     return stream((emit, s) => this._b.run(input, rest, emit, s), signal);
   }
 
+  /**
+   * OpenAI's chat completion. The request is checked by the engine (unknown or unsupported
+   * fields are an InvalidOptionError naming them); `signal` aborts it. With `stream: true` the
+   * result is an async iterable of chunks (breaking out of it stops the generation) whose
+   * `result` promise resolves to the whole `chat.completion` object.
+   */
   async _chatCreate(req) {
-    if (!req || !Array.isArray(req.messages)) {
-      const e = new Error('chat.completions.create: `messages` must be an array');
-      e.name = 'InvalidOptionError';
-      throw e;
+    if (!req || typeof req !== 'object' || !Array.isArray(req.messages)) {
+      throw typedError('InvalidOptionError', 'chat.completions.create: `messages` must be an array');
     }
-    const { signal, ...opts } = completionOptions(req);
+    const { signal, ...body } = req;
     const id = newId('chatcmpl');
-    const created = Math.floor(Date.now() / 1000);
-    const model = req.model || this.info?.source || 'ferrolm';
-    const it = this.generate(req.messages, { ...opts, signal });
-    const finish = (r) => (r.finishReason === 'abort' ? 'stop' : r.finishReason);
-    if (!req.stream) {
-      for await (const _ of it); // eslint-disable-line no-unused-vars
-      const r = await it.result;
-      return {
-        id,
-        object: 'chat.completion',
-        created,
-        model,
-        choices: [{ index: 0, message: { role: 'assistant', content: r.text }, logprobs: null, finish_reason: finish(r) }],
-        usage: r.usage,
-        stats: r.stats,
-      };
+    if (!body.stream) {
+      if (signal?.aborted) throw abortReason(signal);
+      const r = await this._b.chat(body, id, () => {}, signal);
+      if (signal?.aborted) throw abortReason(signal);
+      return r;
     }
-    const base = { id, object: 'chat.completion.chunk', created, model };
-    const includeUsage = !!req.stream_options?.include_usage;
-    async function* chunks() {
-      yield { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] };
-      try {
-        for await (const c of it) {
-          if (c.text) yield { ...base, choices: [{ index: 0, delta: { content: c.text }, logprobs: null, finish_reason: null }] };
+    const it = stream((emit, s) => this._b.chat(body, id, emit, s), signal);
+    // Errors in the request itself (bad fields) reject create() rather than the first next().
+    const first = await it.next();
+    const gen = {
+      result: it.result,
+      pending: first,
+      async next() {
+        if (this.pending) {
+          const p = this.pending;
+          this.pending = null;
+          return p;
         }
-      } finally {
-        await it.return();
-      }
-      const r = await it.result;
-      yield { ...base, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: finish(r) }], ...(includeUsage ? {} : {}) };
-      if (includeUsage) yield { ...base, choices: [], usage: r.usage };
-    }
-    const gen = chunks();
-    gen.result = it.result;
+        return it.next();
+      },
+      async return(v) {
+        this.pending = null;
+        return it.return(v);
+      },
+      [Symbol.asyncIterator]() { return this; },
+    };
     return gen;
   }
 
@@ -222,9 +173,9 @@ class WorkerBackend {
     };
     worker.onerror = (ev) => {
       ev.preventDefault?.();
-      this.die(Object.assign(new Error(`the ferrolm worker failed: ${ev.message || 'could not start it (module workers are needed)'}`), { name: 'WorkerError' }));
+      this.die(typedError('WorkerError', `the ferrolm worker failed: ${ev.message || 'could not start it (module workers are needed)'}`));
     };
-    worker.onmessageerror = () => this.failAll(Object.assign(new Error('a message from the ferrolm worker could not be read'), { name: 'WorkerError' }));
+    worker.onmessageerror = () => this.failAll(typedError('WorkerError', 'a message from the ferrolm worker could not be read'));
   }
   // The worker cannot go on: fail what is pending and every later call, and end it.
   die(e) {
@@ -250,25 +201,31 @@ class WorkerBackend {
   }
   tokenize(text) { return this.req({ op: 'tokenize', text: String(text) }); }
   decode(ids) { return this.req({ op: 'decode', ids: Array.from(ids) }); }
-  run(input, options, emit, signal) {
+  // A streamed call: chunks go to `emit`; `signal` cancels it in the worker.
+  streamed(msg, emit, signal) {
     if (this.dead) return Promise.reject(this.dead);
     const id = newId('g');
     return new Promise((ok, fail) => {
-      const onAbort = () => this.w.postMessage({ op: 'cancel', target: id });
+      const onAbort = () => { if (!this.dead) this.w.postMessage({ op: 'cancel', target: id }); };
       signal?.addEventListener('abort', onAbort, { once: true });
       const done = (f) => (v) => { signal?.removeEventListener('abort', onAbort); f(v); };
       this.pending.set(id, { ok: done(ok), fail: done(fail), onChunk: emit });
-      this.w.postMessage({ op: 'generate', id, input, options });
+      this.w.postMessage({ ...msg, id });
       if (signal?.aborted) onAbort();
     });
   }
+  run(input, options, emit, signal) { return this.streamed({ op: 'generate', input, options }, emit, signal); }
+  chat(req, chatId, emit, signal) { return this.streamed({ op: 'chat', req, chatId }, emit, signal); }
   async unload() {
     if (this.dead) return;
+    const gone = typedError('EngineUnloadedError', 'the engine was unloaded');
     try {
       await this.req({ op: 'unload' });
     } finally {
+      // Every later call fails at once instead of being posted to a terminated worker.
+      this.dead = gone;
       this.w.terminate();
-      this.failAll(Object.assign(new Error('the engine was unloaded'), { name: 'EngineUnloadedError' }));
+      this.failAll(gone);
     }
   }
 }
@@ -278,6 +235,7 @@ class LocalBackend {
   tokenize(t) { return this.e.tokenize(t); }
   decode(ids) { return this.e.decode(ids); }
   run(input, options, emit, signal) { return this.e.run(input, options, emit, signal); }
+  chat(req, id, emit, signal) { return this.e.chat(req, id, emit, signal); }
   unload() { return this.e.unload(); }
   crashForTesting() { return this.e.crashForTesting(); }
 }
@@ -290,9 +248,7 @@ class LocalBackend {
 export async function createEngine(options = {}) {
   const { onProgress, worker = true, signal, ...rest } = options;
   if (!globalThis.navigator?.gpu) {
-    const e = new Error('WebGPU is not available in this browser (navigator.gpu is missing); use a recent Chrome/Edge, Safari 26+ or Firefox 141+ on a secure (https or localhost) page');
-    e.name = 'NoAdapterError';
-    throw e;
+    throw typedError('NoAdapterError', 'WebGPU is not available in this browser (navigator.gpu is missing); use a recent Chrome/Edge, Safari 26+ or Firefox 141+ on a secure (https or localhost) page');
   }
   let model = rest.model;
   if (model instanceof URL) model = model.href;

@@ -5,6 +5,8 @@
 // remembers size, ETag and a verified sha256. A model folder (ModelFolder) is a set of such files,
 // each cached under its own URL, plus a folder manifest that lists which files it has.
 
+import { typedError } from './errors.js';
+
 export const CHUNK_SIZE = 16 << 20;
 /** Reads up to this size whose chunk is not at hand fetch just their bytes (see readInner). */
 export const SMALL_READ = 256 << 10;
@@ -13,9 +15,7 @@ const CACHE_NAME = 'ferrolm-models-v1';
 const MANIFEST_VERSION = 1;
 
 export function namedError(name, message, cause) {
-  const e = new Error(message, cause ? { cause } : undefined);
-  e.name = name;
-  return e;
+  return typedError(name, message, undefined, cause);
 }
 
 /** The optional text files of a Hugging Face model folder (config.json is required). */

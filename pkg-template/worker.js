@@ -7,8 +7,11 @@ import { LocalEngine, onCrash } from './core.js';
 let engine = null;
 const running = new Map(); // generation id -> AbortController
 
+// An error as a message: its class name, message, and own fields such as DownloadError.status.
 function errorData(e) {
-  return { name: e?.name || 'Error', message: e?.message || String(e), stack: e?.stack };
+  const fields = {};
+  if (e && typeof e === 'object') for (const [k, v] of Object.entries(e)) if (v == null || ['string', 'number', 'boolean'].includes(typeof v)) fields[k] = v;
+  return { name: e?.name || 'Error', message: e?.message || String(e), stack: e?.stack, fields };
 }
 
 // A crash (a panic in the wasm module) leaves this worker's module unusable: tell the page, which
@@ -29,6 +32,15 @@ const ops = {
     running.set(m.id, ac);
     try {
       return await engine.run(m.input, m.options, (chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
+    } finally {
+      running.delete(m.id);
+    }
+  },
+  async chat(m) {
+    const ac = new AbortController();
+    running.set(m.id, ac);
+    try {
+      return await engine.chat(m.req, m.chatId, (chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
     } finally {
       running.delete(m.id);
     }

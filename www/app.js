@@ -67,7 +67,9 @@ async function send() {
   const text = $('prompt').value.trim();
   if (!text || !engine) return;
   $('prompt').value = '';
-  messages.push({ role: 'user', content: text });
+  // This turn belongs to this conversation even if "New chat" starts another meanwhile.
+  const conv = messages;
+  conv.push({ role: 'user', content: text });
   say('user', `> ${text}`);
   const out = say('assistant', '');
   abort = new AbortController();
@@ -78,9 +80,10 @@ async function send() {
   let first = 0;
   let reply = '';
   try {
-    const it = engine.generate(messages, { maxTokens: Number($('max').value), temperature: Number($('temp').value), signal: abort.signal });
+    const it = engine.generate(conv, { maxTokens: Number($('max').value), temperature: Number($('temp').value), signal: abort.signal });
     for await (const c of it) {
-      if (!n++) first = performance.now();
+      // Count tokens, not chunks (a last chunk may only flush held-back text).
+      if (c.token != null && !n++) first = performance.now();
       reply += c.text;
       out.textContent = reply;
       const dt = (performance.now() - first) / 1000;
@@ -88,12 +91,12 @@ async function send() {
       $('log').scrollTop = $('log').scrollHeight;
     }
     const r = await it.result;
-    $('speed').textContent += ` · prefill ${r.stats.prefill_tok_s.toFixed(1)} tok/s, decode ${r.stats.decode_tok_s.toFixed(2)} tok/s (${r.finishReason})`;
+    if (conv === messages) $('speed').textContent += ` · prefill ${r.stats.prefill_tok_s.toFixed(1)} tok/s (${r.stats.cached_tokens} of ${r.stats.prompt_tokens} prompt tokens reused), decode ${r.stats.decode_tok_s.toFixed(2)} tok/s (${r.finishReason})`;
   } catch (e) {
     if (e.name !== 'AbortError') say('sys', `${e.name}: ${e.message}`);
     else say('sys', '(stopped)');
   } finally {
-    messages.push({ role: 'assistant', content: reply });
+    conv.push({ role: 'assistant', content: reply });
     $('stop').disabled = true;
     $('send').disabled = false;
   }
@@ -104,7 +107,8 @@ $('file').onchange = () => $('file').files[0] && load($('file').files[0]);
 $('folder').onchange = () => $('folder').files.length && load($('folder').files);
 $('send').onclick = send;
 $('stop').onclick = () => abort?.abort();
-$('clear').onclick = () => { messages = []; $('log').replaceChildren(); };
+// A new chat stops the reply in progress; that reply stays with the old conversation.
+$('clear').onclick = () => { abort?.abort(); messages = []; $('log').replaceChildren(); $('speed').textContent = ''; };
 $('prompt').addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); send(); } });
 const drop = $('drop');
 drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.add('over'); });

@@ -211,20 +211,6 @@ test('wasm exports: byte-source validation and streaming sha256', async () => {
   assert.equal(v.sha, 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
 });
 
-test('stop strings: matched across chunks and trimmed, possible prefixes held back', async () => {
-  const r = await inPage(page, async () => {
-    const { findStop } = await import('/pkg/core.js');
-    return [
-      findStop('Hello wor', ['world']),
-      findStop('Hello world!', ['world', 'lo']),
-      findStop('abc', ['x']),
-      findStop('a\n', ['\n\n']),
-    ];
-  });
-  assert.ok(r.ok, r.message);
-  assert.deepEqual(r.value, [{ at: -1, hold: 3 }, { at: 3, hold: 0 }, { at: -1, hold: 0 }, { at: -1, hold: 1 }]);
-});
-
 test('non-GGUF, truncated and missing models fail with clear errors', async () => {
   const r = await inPage(page, async () => {
     const tryLoad = async (model, worker = false) => {
@@ -449,6 +435,72 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
   assert.ok(r.ok, r.message);
   log('sampled: browser', JSON.stringify(r.value), 'native', JSON.stringify(native));
   assert.deepEqual(r.value, native);
+});
+
+test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs native, stop strings, break after the role chunk', async () => {
+  const bin = path.join(root, 'target/release/ferrolm');
+  const sq = CASE.short_question;
+  const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_IDOT: '1', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
+  const out = execFileSync(bin, ['generate', '--model', MODEL, '--prompt-ids', sq.prompt_ids.join(','), '--max-tokens', '1', '--top-logits', '5', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  const nativeTop = JSON.parse(out.trim().split('\n').at(-1)).top_logits;
+  const r = await inPage(page, async ({ sq }) => {
+    const e = window.workerEngine;
+    const v = {};
+    const turn1 = [{ role: 'user', content: 'Name a colour.' }];
+    const a1 = await e.chat.completions.create({ messages: turn1, max_tokens: 3, temperature: 0 });
+    const turn2 = [...turn1, { role: 'assistant', content: a1.choices[0].message.content }, { role: 'user', content: 'And another?' }];
+    const cold = await e.chat.completions.create({ messages: turn2, max_tokens: 3, temperature: 0, prefix_cache: false });
+    await e.chat.completions.create({ messages: turn1, max_tokens: 1, temperature: 0 });
+    const warm = await e.chat.completions.create({ messages: turn2, max_tokens: 3, temperature: 0 });
+    v.reuse = { cold: cold.choices[0].message.content, warm: warm.choices[0].message.content, coldUsage: cold.usage, warmUsage: warm.usage };
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
+    const j = await e.chat.completions.create({ messages: [{ role: 'user', content: 'Is the sky blue? Answer in JSON.' }], response_format: { type: 'json_schema', json_schema: { name: 'a', schema } }, max_tokens: 12, seed: 3 });
+    v.json = j.choices[0].message.content;
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather in a city', parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Rome'] } }, required: ['city'] } } }];
+    const ask = [{ role: 'user', content: 'Weather in Paris?' }];
+    const t1 = await e.chat.completions.create({ messages: ask, tools, tool_choice: 'required', max_tokens: 24, temperature: 0 });
+    const call = t1.choices[0].message.tool_calls?.[0];
+    v.call = { finish: t1.choices[0].finish_reason, call };
+    const t2 = await e.chat.completions.create({ messages: [...ask, t1.choices[0].message, { role: 'tool', tool_call_id: call?.id, content: '{"temp_c": 21}' }], tools, max_tokens: 2, temperature: 0 });
+    v.afterTool = { finish: t2.choices[0].finish_reason, content: t2.choices[0].message.content };
+    const g = e.generate({ tokens: sq.prompt_ids }, { maxTokens: 1, topLogits: 5, logprobs: 5 });
+    for await (const _ of g);
+    const gr = await g.result;
+    v.logprobs = { top: gr.logprobs[0].top, topLogits: gr.topLogits };
+    const greedy = await e.generate({ tokens: sq.prompt_ids }, { maxTokens: 6 }).result;
+    const stopAt = (await e.decode(sq.greedy.slice(3, 5))).trim();
+    const st = await e.generate({ tokens: sq.prompt_ids }, { maxTokens: 6, stop: [stopAt] }).result;
+    v.stop = { full: greedy.text, stopAt, text: st.text, finish: st.finishReason };
+    const it = await e.chat.completions.create({ messages: ask, max_tokens: 200, stream: true });
+    for await (const c of it) { v.firstChunk = c.choices[0].delta; break; }
+    const t = performance.now();
+    const next = await e.chat.completions.create({ messages: ask, max_tokens: 1 });
+    v.afterBreak = { ms: performance.now() - t, finish: next.choices[0].finish_reason };
+    return v;
+  }, { sq });
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  log('chat api:', JSON.stringify(v));
+  assert.equal(v.reuse.warm, v.reuse.cold, 'greedy output is the same with and without prefix reuse');
+  assert.equal(v.reuse.coldUsage.prompt_tokens_details.cached_tokens, 0);
+  assert.ok(v.reuse.warmUsage.prompt_tokens_details.cached_tokens > 10, JSON.stringify(v.reuse.warmUsage));
+  assert.equal(typeof JSON.parse(v.json).ok, 'boolean', v.json);
+  assert.equal(v.call.finish, 'tool_calls');
+  assert.equal(v.call.call.type, 'function');
+  assert.equal(v.call.call.function.name, 'get_weather');
+  assert.ok(['Paris', 'Rome'].includes(JSON.parse(v.call.call.function.arguments).city));
+  assert.ok(['stop', 'length'].includes(v.afterTool.finish));
+  assert.deepEqual(v.logprobs.top.map((x) => x[0]), nativeTop.map((x) => x[0]), 'logprob order is the native top-logit order');
+  for (let i = 1; i < 5; i++) {
+    const dl = v.logprobs.top[i][1] - v.logprobs.top[0][1];
+    const dn = nativeTop[i][1] - nativeTop[0][1];
+    assert.ok(Math.abs(dl - dn) < 0.02, `logprob gaps follow the native logits: ${dl} vs ${dn}`);
+  }
+  assert.ok(v.stop.full.includes(v.stop.stopAt), JSON.stringify(v.stop));
+  assert.equal(v.stop.text, v.stop.full.slice(0, v.stop.full.indexOf(v.stop.stopAt)));
+  assert.equal(v.stop.finish, 'stop');
+  assert.deepEqual(v.firstChunk, { role: 'assistant', content: '' });
+  assert.equal(v.afterBreak.finish, 'length');
 });
 
 test('abort via AbortSignal stops promptly; concurrent generations queue; break cancels', async () => {
@@ -747,31 +799,35 @@ test('a panic in the wasm module fails the pending and later calls cleanly; a ne
   }
 });
 
-test('unknown and not-yet-supported options are refused by name, never silently dropped', async () => {
+test('unknown options and bad values are refused by name, never silently dropped', async () => {
   const r = await inPage(page, async () => {
     const e = await ferrolm.createEngine({ model: '/hf/llama/', worker: false, cache: 'none' });
-    const err = (p) => Promise.resolve().then(p).then(() => 'accepted', (x) => `${x.name}: ${x.message}`);
+    const err = (p) => Promise.resolve().then(p).then(() => 'accepted', (x) => `${x.name}: ${x.message}|${x instanceof ferrolm.FerrolmError}|${x instanceof ferrolm[x.name]}`);
     const msgs = [{ role: 'user', content: 'hi' }];
     const out = {
-      responseFormat: await err(() => e.chat.completions.create({ messages: msgs, response_format: { type: 'json_object' } })),
-      tools: await err(() => e.chat.completions.create({ messages: msgs, tools: [{ type: 'function', function: { name: 'f' } }] })),
-      logprobs: await err(() => e.chat.completions.create({ messages: msgs, logprobs: true, top_logprobs: 3 })),
-      penalty: await err(() => e.chat.completions.create({ messages: msgs, frequency_penalty: 0.5 })),
       unknown: await err(() => e.chat.completions.create({ messages: msgs, temprature: 0.5 })),
-      // Neutral values pass the check (this folder has no tokenizer, so chat fails later, elsewhere).
+      topLogprobs: await err(() => e.chat.completions.create({ messages: msgs, top_logprobs: 3 })),
+      penalty: await err(() => e.chat.completions.create({ messages: msgs, frequency_penalty: 5 })),
+      toolChoice: await err(() => e.chat.completions.create({ messages: msgs, tool_choice: 'required' })),
+      responseFormat: await err(() => e.chat.completions.create({ messages: msgs, response_format: { type: 'xml' } })),
+      n: await err(() => e.chat.completions.create({ messages: msgs, n: 2, stream: true })),
+      role: await err(() => e.chat.completions.create({ messages: [{ role: 'robot', content: 'x' }] })),
+      // Valid requests get as far as the prompt (this folder has no tokenizer).
       neutral: await err(() => e.chat.completions.create({ messages: msgs, frequency_penalty: 0, logprobs: false, tools: [], response_format: { type: 'text' }, logit_bias: {} })),
       typo: await err(async () => { for await (const _ of e.generate({ tokens: [1, 2] }, { maxToken: 3 })); }),
       ok: await err(async () => { for await (const _ of e.generate({ tokens: [1, 2] }, { maxTokens: 1, topK: 5, temperature: 0.5 })); }),
     };
     await e.unload();
+    out.afterUnload = await err(() => e.generate({ tokens: [1] }).result);
     return out;
   });
   assert.ok(r.ok, r.message);
   log('refused options:', JSON.stringify(r.value));
   const v = r.value;
-  for (const [k, name] of [['responseFormat', 'response_format'], ['tools', 'tools'], ['logprobs', 'logprobs'], ['penalty', 'frequency_penalty'], ['unknown', 'temprature'], ['typo', 'maxToken']]) {
-    assert.match(v[k], new RegExp(`^InvalidOptionError: .*${name}`), k);
+  for (const [k, name] of [['unknown', 'temprature'], ['topLogprobs', 'top_logprobs'], ['penalty', 'frequency penalty'], ['toolChoice', 'tool_choice'], ['responseFormat', 'response_format'], ['n', 'n > 1'], ['role', 'robot'], ['typo', 'maxToken']]) {
+    assert.match(v[k], new RegExp(`^InvalidOptionError: .*${name}.*\\|true\\|true$`), k);
   }
   assert.match(v.neutral, /^TokenizerError/);
   assert.equal(v.ok, 'accepted');
+  assert.match(v.afterUnload, /^EngineUnloadedError/);
 });

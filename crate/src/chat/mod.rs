@@ -169,6 +169,7 @@ fn plan(engine: &mut Engine, req: &ChatRequest, fallback_seed: u64) -> Result<Pl
         let Ok(id) = k.parse::<u32>() else { return bad(format!("logit_bias key {k:?} is not a token id")) };
         sampling.logit_bias.push((id, *v));
     }
+    sampling.validate()?;
     let logprobs = req.logprobs.unwrap_or(false);
     if req.top_logprobs.is_some_and(|k| k > 0) && !logprobs {
         return bad("top_logprobs needs logprobs: true".into());
@@ -378,6 +379,18 @@ impl ChatRun {
             }
             self.advance(engine).await?;
         }
+    }
+
+    /// Advance by one token (for a caller that checks for cancellation between tokens); false
+    /// once the run is done (then `response` is complete).
+    pub async fn step(&mut self, engine: &mut Engine) -> Result<bool> {
+        if !self.done {
+            self.advance(engine).await?;
+            if !self.plan.stream {
+                self.queue.clear();
+            }
+        }
+        Ok(!self.done)
     }
 
     /// Run to the end and return the `chat.completion` object.

@@ -154,8 +154,14 @@ pub fn template_messages(messages: &[Value], tools: Option<&[Value]>, style: Too
     Value::Array(merged)
 }
 
+/// A message as templates expect it: each call's arguments as an object, and an empty string for
+/// the null content of a turn that only calls tools (Qwen 3's template tests `'</think>' in
+/// message.content`, which fails on null in Jinja as in Python).
 fn parse_arguments(m: &Value) -> Value {
     let mut m = m.clone();
+    if m.get("content").is_some_and(Value::is_null) {
+        m["content"] = Value::String(String::new());
+    }
     if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
         for c in calls {
             if let Some(a) = c.pointer_mut("/function/arguments") {

@@ -113,35 +113,81 @@ fn progress_fn(on_progress: JsValue) -> impl FnMut(&str, u64, u64) {
     }
 }
 
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+/// `generate()`'s options as JavaScript spells them; an unknown one is an error naming it.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct JsGenerateOptions {
-    max_tokens: usize,
-    temperature: f32,
-    top_k: usize,
-    top_p: f32,
-    min_p: f32,
-    repetition_penalty: f32,
+    max_tokens: Option<usize>,
+    temperature: Option<f32>,
+    top_k: Option<usize>,
+    top_p: Option<f32>,
+    min_p: Option<f32>,
+    repetition_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    /// `{tokenId: bias}` as OpenAI's logit_bias.
+    logit_bias: Option<std::collections::BTreeMap<String, f32>>,
     seed: Option<u64>,
+    stop: Option<crate::chat::Stop>,
     stop_ids: Option<Vec<u32>>,
-    top_logits: usize,
+    top_logits: Option<usize>,
+    logprobs: Option<usize>,
+    json_schema: Option<serde_json::Value>,
+    json_object: Option<bool>,
+    grammar: Option<String>,
+    prefix_cache: Option<bool>,
 }
 
-impl Default for JsGenerateOptions {
-    fn default() -> Self {
-        let d = SamplingParams::default();
-        JsGenerateOptions {
-            max_tokens: 256,
-            temperature: d.temperature,
-            top_k: d.top_k,
-            top_p: d.top_p,
-            min_p: d.min_p,
-            repetition_penalty: d.repetition_penalty,
-            seed: None,
-            stop_ids: None,
-            top_logits: 0,
+impl JsGenerateOptions {
+    fn options(self, random_seed: u64) -> Result<GenerateOptions> {
+        let d = GenerateOptions::default();
+        let s = SamplingParams::default();
+        let mut logit_bias = Vec::new();
+        for (k, v) in self.logit_bias.unwrap_or_default() {
+            let id = k.parse().map_err(|_| Error::InvalidOption(format!("logitBias key {k:?} is not a token id")))?;
+            logit_bias.push((id, v));
         }
+        use crate::constrain::ConstraintSpec as C;
+        let constraints = [
+            self.json_schema.map(C::JsonSchema),
+            self.json_object.filter(|&b| b).map(|_| C::JsonObject),
+            self.grammar.map(C::Lark),
+        ];
+        let mut constraints = constraints.into_iter().flatten();
+        let constraint = constraints.next();
+        if constraints.next().is_some() {
+            return Err(Error::InvalidOption("only one of jsonSchema, jsonObject and grammar may be given".into()));
+        }
+        Ok(GenerateOptions {
+            max_tokens: self.max_tokens.unwrap_or(d.max_tokens),
+            sampling: SamplingParams {
+                temperature: self.temperature.unwrap_or(s.temperature),
+                top_k: self.top_k.unwrap_or(s.top_k),
+                top_p: self.top_p.unwrap_or(s.top_p),
+                min_p: self.min_p.unwrap_or(s.min_p),
+                repetition_penalty: self.repetition_penalty.unwrap_or(s.repetition_penalty),
+                frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+                presence_penalty: self.presence_penalty.unwrap_or(0.0),
+                logit_bias,
+                seed: self.seed.unwrap_or(random_seed),
+            },
+            stop_ids: self.stop_ids,
+            stop: match self.stop {
+                None => Vec::new(),
+                Some(crate::chat::Stop::One(s)) => vec![s],
+                Some(crate::chat::Stop::Many(v)) => v,
+            },
+            top_logits: self.top_logits.unwrap_or(0),
+            logprobs: self.logprobs,
+            constraint,
+            prefix_cache: self.prefix_cache.unwrap_or(true),
+            cpu_sampling: false,
+        })
     }
+}
+
+fn random_seed() -> u64 {
+    (js_sys::Math::random() * 9.007e15) as u64
 }
 
 fn parse<T: serde::de::DeserializeOwned + Default>(json: &str, what: &str) -> Result<T> {
@@ -154,6 +200,7 @@ fn parse<T: serde::de::DeserializeOwned + Default>(json: &str, what: &str) -> Re
 struct State {
     engine: Engine,
     gen: Option<Generation>,
+    chat: Option<crate::chat::ChatRun>,
 }
 
 #[wasm_bindgen]
@@ -198,7 +245,7 @@ pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsV
     }
     let mut progress = progress_fn(on_progress);
     let engine = Engine::load(&src, &opts, &mut progress).await.map_err(js_err)?;
-    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None })) })
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
 }
 
 /// Load a Hugging Face model folder onto the browser's WebGPU device, through the same loader as
@@ -243,7 +290,7 @@ pub async fn load_hf_engine(
     };
     let mut progress = progress_fn(on_progress);
     let engine = Engine::load_hf(&files_rs, open, name, &opts, &mut progress).await.map_err(js_err)?;
-    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None })) })
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
 }
 
 #[wasm_bindgen]
@@ -287,21 +334,7 @@ impl WasmEngine {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let o: JsGenerateOptions = parse(&options_json, "generate options").map_err(js_err)?;
-            let seed = o.seed.unwrap_or_else(|| (js_sys::Math::random() * 9.007e15) as u64);
-            let opts = GenerateOptions {
-                max_tokens: o.max_tokens,
-                sampling: SamplingParams {
-                    temperature: o.temperature,
-                    top_k: o.top_k,
-                    top_p: o.top_p,
-                    min_p: o.min_p,
-                    repetition_penalty: o.repetition_penalty,
-                    seed,
-                },
-                stop_ids: o.stop_ids,
-                top_logits: o.top_logits,
-                cpu_sampling: false,
-            };
+            let opts = o.options(random_seed()).map_err(js_err)?;
             let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
             let g = s.engine.start(&prompt_ids, &opts).await.map_err(js_err)?;
             s.gen = Some(g);
@@ -314,7 +347,7 @@ impl WasmEngine {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
-            let State { engine, gen } = &mut *guard;
+            let State { engine, gen, .. } = &mut *guard;
             let Some(g) = gen.as_mut() else {
                 return Err(js_err(Error::InvalidOption("next() before start()".into())));
             };
@@ -325,14 +358,66 @@ impl WasmEngine {
         })
     }
 
-    /// End the current generation early.
+    /// End the current generation (or chat completion) early.
     pub fn cancel(&self) -> Result<(), JsValue> {
         let mut guard = self.inner.try_borrow_mut().map_err(|_| busy())?;
-        let State { engine, gen } = &mut *guard;
+        let State { engine, gen, chat } = &mut *guard;
         if let Some(g) = gen.as_mut() {
             engine.cancel(g);
         }
+        if let Some(c) = chat.as_mut() {
+            c.cancel(engine);
+        }
         Ok(())
+    }
+
+    /// Begin an OpenAI chat completion (the request as JSON, without `signal`). Checks the
+    /// request and renders the prompt; generation runs in `chatNext` / `chatComplete`.
+    #[wasm_bindgen(js_name = chatStart)]
+    pub fn chat_start(&self, request_json: &str, id: String) -> Result<bool, JsValue> {
+        let mut guard = self.inner.try_borrow_mut().map_err(|_| busy())?;
+        let State { engine, chat, .. } = &mut *guard;
+        let req = crate::chat::ChatRequest::from_json(request_json).map_err(js_err)?;
+        let created = (js_sys::Date::now() / 1000.0) as u64;
+        let run = crate::chat::ChatRun::new(engine, &req, random_seed(), created, id).map_err(js_err)?;
+        let stream = run.is_stream();
+        *chat = Some(run);
+        Ok(stream)
+    }
+
+    /// The next chunk of a streamed chat completion as JSON, or `null` at its end.
+    #[wasm_bindgen(js_name = chatNext)]
+    pub fn chat_next(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
+            let State { engine, chat, .. } = &mut *guard;
+            let run = chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatNext() before chatStart()".into())))?;
+            match run.next_chunk(engine).await.map_err(js_err)? {
+                Some(c) => Ok(JsValue::from_str(&c.to_string())),
+                None => Ok(JsValue::NULL),
+            }
+        })
+    }
+
+    /// One token of a (non-streamed) chat completion; resolves to false once it is done.
+    #[wasm_bindgen(js_name = chatStep)]
+    pub fn chat_step(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
+            let State { engine, chat, .. } = &mut *guard;
+            let run = chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatStep() before chatStart()".into())))?;
+            Ok(JsValue::from_bool(run.step(engine).await.map_err(js_err)?))
+        })
+    }
+
+    /// The current chat completion's `chat.completion` object (with usage and stats), as JSON.
+    #[wasm_bindgen(js_name = chatUsage)]
+    pub fn chat_usage(&self) -> Result<String, JsValue> {
+        let s = self.inner.try_borrow().map_err(|_| busy())?;
+        let run = s.chat.as_ref().ok_or_else(|| js_err(Error::InvalidOption("no chat completion yet".into())))?;
+        Ok(run.response().to_string())
     }
 
     /// JSON of the current (or last) generation: prompt_ids, tokens, text, top_logits, stats.

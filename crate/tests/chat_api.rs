@@ -1,0 +1,228 @@
+//! The chat API on the default model (SmolLM2, natively on lavapipe): prefix reuse gives the
+//! tokens of a cold run, JSON schemas always yield valid JSON, logprobs follow the raw logits,
+//! stop strings, `n`, the context policy; and tool calls on the real chat templates and
+//! tokenizers of the families that have them (Qwen 3, Llama 3.1, Mistral Nemo), a forced call
+//! driven through each real vocabulary.
+
+mod common;
+
+use ferrolm::chat::tools::{self, ToolFormat, ToolStyle};
+use ferrolm::chat::{ChatRequest, ChatRun};
+use ferrolm::chat_template::ChatTemplate;
+use ferrolm::constrain::{Constraint, ConstraintSpec, VocabEnv};
+use ferrolm::engine::{Engine, GenerateOptions, LoadOptions};
+use ferrolm::gpu::block_on;
+use ferrolm::tokenizer::Tokenizer;
+use serde_json::{json, Value};
+
+fn engine() -> Option<Engine> {
+    let path = common::model_path()?;
+    Some(block_on(Engine::load_path(&path, &LoadOptions::default(), &mut |_, _, _| {})).unwrap())
+}
+
+fn complete(e: &mut Engine, req: Value) -> Value {
+    let req = ChatRequest::from_json(&req.to_string()).unwrap();
+    let mut run = ChatRun::new(e, &req, 7, 0, "test".into()).unwrap();
+    block_on(run.complete(e)).unwrap()
+}
+
+/// The subset of JSON schema the test schemas use.
+fn valid(v: &Value, s: &Value) -> bool {
+    if let Some(e) = s.get("enum") {
+        return e.as_array().unwrap().contains(v);
+    }
+    match s["type"].as_str() {
+        Some("object") => {
+            let Some(o) = v.as_object() else { return false };
+            let props = s["properties"].as_object().unwrap();
+            let required = s["required"].as_array().map(|r| r.iter().all(|k| o.contains_key(k.as_str().unwrap())));
+            required.unwrap_or(true) && o.iter().all(|(k, x)| props.get(k).is_some_and(|p| valid(x, p)))
+        }
+        Some("array") => {
+            let Some(a) = v.as_array() else { return false };
+            a.len() as u64 <= s["maxItems"].as_u64().unwrap_or(u64::MAX) && a.iter().all(|x| valid(x, &s["items"]))
+        }
+        Some("string") => v.as_str().is_some_and(|t| t.chars().count() as u64 <= s["maxLength"].as_u64().unwrap_or(u64::MAX)),
+        Some("integer") => v.is_i64() || v.is_u64(),
+        Some("number") => v.is_number(),
+        Some("boolean") => v.is_boolean(),
+        _ => false,
+    }
+}
+
+#[test]
+fn chat_features_on_the_default_model() {
+    let Some(mut e) = engine() else { return };
+
+    // Prefix reuse: turn 2 of a chat reuses turn 1's cache and gives the cold run's tokens.
+    let turn1 = json!([{ "role": "user", "content": "Name a fruit." }]);
+    let a1 = complete(&mut e, json!({ "messages": turn1, "max_tokens": 6, "temperature": 0 }));
+    let reply = a1["choices"][0]["message"]["content"].clone();
+    let turn2 = json!([turn1[0], { "role": "assistant", "content": reply }, { "role": "user", "content": "And a vegetable?" }]);
+    let cold = complete(&mut e, json!({ "messages": turn2, "max_tokens": 8, "temperature": 0, "prefix_cache": false }));
+    complete(&mut e, json!({ "messages": turn1, "max_tokens": 6, "temperature": 0 }));
+    let warm = complete(&mut e, json!({ "messages": turn2, "max_tokens": 8, "temperature": 0 }));
+    assert_eq!(warm["choices"][0]["message"], cold["choices"][0]["message"]);
+    assert_eq!(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    let cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached > 20, "turn 2 reuses the cache: {}", warm["usage"]);
+    assert!(warm["stats"]["prefill_ms"].as_f64().unwrap() < cold["stats"]["prefill_ms"].as_f64().unwrap());
+
+    // Logprobs: log-softmax of the raw logits, in the order of the top logits.
+    let ids = e.chat_ids(&[ferrolm::chat_template::ChatMessage::new("user", "Hi")]).unwrap();
+    let opts = GenerateOptions { max_tokens: 1, top_logits: 5, logprobs: Some(5), ..Default::default() };
+    let r = block_on(e.generate(&ids, &opts, &mut |_, _| true)).unwrap();
+    let lp = &r.logprobs[0];
+    assert_eq!(lp.top.iter().map(|x| x.0).collect::<Vec<_>>(), r.top_logits.iter().map(|x| x.0).collect::<Vec<_>>());
+    assert_eq!(lp.token, r.tokens[0]);
+    for (a, b) in lp.top.iter().zip(&r.top_logits) {
+        assert!(((a.1 - lp.top[0].1) - (b.1 - r.top_logits[0].1)).abs() < 1e-4);
+    }
+    assert!(lp.top[0].1 <= 0.0 && lp.top.iter().map(|x| x.1.exp()).sum::<f32>() <= 1.0 + 1e-5);
+
+    // Stop strings cut the text before the first match.
+    let full = block_on(e.generate(&ids, &GenerateOptions { max_tokens: 12, ..Default::default() }, &mut |_, _| true)).unwrap();
+    let word: String = full.text.split_whitespace().nth(2).unwrap().to_string();
+    let opts = GenerateOptions { max_tokens: 12, stop: vec![word.clone()], ..Default::default() };
+    let cut = block_on(e.generate(&ids, &opts, &mut |_, _| true)).unwrap();
+    assert_eq!(cut.text, full.text[..full.text.find(&word).unwrap()]);
+
+    // n > 1 samples each choice with its own seed; usage counts the prompt once.
+    let n = complete(&mut e, json!({ "messages": turn1, "max_tokens": 4, "n": 3, "seed": 1 }));
+    assert_eq!(n["choices"].as_array().unwrap().len(), 3);
+    let done = n["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!((3..=12).contains(&done), "{}", n["usage"]);
+    assert_eq!(n["usage"]["prompt_tokens"], a1["usage"]["prompt_tokens"]);
+
+    // A conversation longer than a fixed context: an error by default, or its oldest turns go.
+    let mut small = block_on(Engine::load_path(
+        &common::model_path().unwrap(),
+        &LoadOptions { context_length: Some(96), ..Default::default() },
+        &mut |_, _, _| {},
+    ))
+    .unwrap();
+    let long: Vec<Value> = (0..12)
+        .map(|i| json!({ "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("Message number {i} about apples and pears.") }))
+        .collect();
+    let req = ChatRequest::from_json(&json!({ "messages": long, "max_tokens": 8 }).to_string()).unwrap();
+    let mut run = ChatRun::new(&mut small, &req, 1, 0, "x".into()).unwrap();
+    assert!(matches!(block_on(run.complete(&mut small)), Err(ferrolm::Error::ContextOverflow { .. })));
+    let req = ChatRequest::from_json(&json!({ "messages": long, "max_tokens": 8, "context_overflow": "drop_oldest" }).to_string()).unwrap();
+    let mut run = ChatRun::new(&mut small, &req, 1, 0, "x".into()).unwrap();
+    assert!(run.dropped_messages() > 0);
+    let out = block_on(run.complete(&mut small)).unwrap();
+    assert!(out["usage"]["prompt_tokens"].as_u64().unwrap() + 8 <= 96);
+}
+
+#[test]
+fn json_schemas_always_yield_valid_json() {
+    let Some(mut e) = engine() else { return };
+    let schemas = [
+        json!({ "type": "object", "properties": { "answer": { "type": "boolean" } }, "required": ["answer"], "additionalProperties": false }),
+        json!({ "type": "object", "properties": {
+            "name": { "type": "string", "maxLength": 12 },
+            "age": { "type": "integer" },
+            "mood": { "enum": ["happy", "sad"] } }, "required": ["name", "age", "mood"], "additionalProperties": false }),
+        json!({ "type": "object", "properties": { "tags": { "type": "array", "items": { "type": "string", "maxLength": 8 }, "maxItems": 2 } }, "required": ["tags"], "additionalProperties": false }),
+    ];
+    let prompts = [
+        "Is water wet?", "Describe a cat.", "Who are you?", "Tell me about Paris.", "What is 2+2?",
+        "Give me tags for a blog post about cooking.", "Is the moon made of cheese?", "Describe your mood.",
+        "Write a haiku.", "List two colours.", "Who wrote Hamlet?", "What time is it?", "Say hello.",
+        "Describe a dog named Rex.", "Is Rust fast?", "Pick a number.", "What is JSON?", "Name a planet.",
+        "How old is the universe?", "Summarize this: the sky is blue.",
+    ];
+    let mut fails = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let s = &schemas[i % schemas.len()];
+        let r = complete(&mut e, json!({
+            "messages": [{ "role": "user", "content": p }],
+            "response_format": { "type": "json_schema", "json_schema": { "name": "out", "schema": s } },
+            "max_tokens": 48, "seed": i,
+        }));
+        let text = r["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+        match serde_json::from_str::<Value>(&text) {
+            Ok(v) if valid(&v, s) => {}
+            _ => fails.push(format!("{p:?} -> {text:?} ({})", r["choices"][0]["finish_reason"])),
+        }
+    }
+    assert!(fails.is_empty(), "invalid outputs:\n{}", fails.join("\n"));
+}
+
+fn cache_file(family: &str, file: &str) -> Option<std::path::PathBuf> {
+    let root = std::env::var_os("FERROLM_CACHE").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ferrolm")
+    });
+    let p = root.join("tokenizers").join(family).join(file);
+    if p.exists() {
+        return Some(p);
+    }
+    let msg = format!("{} not found (run `make tokenizers`)", p.display());
+    assert!(std::env::var_os("FERROLM_REQUIRE_TOKENIZERS").is_none_or(|v| v == "0"), "{msg}");
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
+#[test]
+fn tool_calls_on_real_templates_and_vocabularies() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/chat_templates");
+    let tools_v = vec![json!({ "type": "function", "function": {
+        "name": "get_weather", "description": "Weather in a city",
+        "parameters": { "type": "object", "properties": { "city": { "enum": ["Paris", "Rome"] }, "days": { "type": "integer" } }, "required": ["city"] } } })];
+    let cases = [("qwen3", "qwen3.jinja", ToolFormat::Hermes), ("llama3", "llama-3.1.jinja", ToolFormat::Llama3), ("mistral", "mistral-nemo.jinja", ToolFormat::Mistral)];
+    for (family, template, format) in cases {
+        let tok = match family {
+            "mistral" => {
+                let Some(p) = cache_file(family, "vocab.gguf") else { continue };
+                let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&p).unwrap()).unwrap();
+                Tokenizer::from_gguf(&g).unwrap()
+            }
+            _ => {
+                let Some(p) = cache_file(family, "tokenizer.json") else { continue };
+                let cfg = std::fs::read_to_string(p.with_file_name("tokenizer_config.json")).ok();
+                Tokenizer::from_hf_json(&std::fs::read_to_string(&p).unwrap(), cfg.as_deref()).unwrap()
+            }
+        };
+        let src = std::fs::read_to_string(root.join(template)).unwrap();
+        let style = ToolStyle::of_template(&src);
+        assert_eq!(style, ToolStyle { format, native: true }, "{family}");
+        // The template renders the tools, an earlier call and its result.
+        let msgs = vec![
+            json!({ "role": "user", "content": "Weather in Paris?" }),
+            json!({ "role": "assistant", "content": null, "tool_calls": [{ "id": "abcDEF123", "type": "function", "function": { "name": "get_weather", "arguments": "{\"city\": \"Paris\"}" } }] }),
+            json!({ "role": "tool", "tool_call_id": "abcDEF123", "content": "{\"temp_c\": 21}" }),
+        ];
+        let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+        let t = ChatTemplate::new(&src, &text(tok.bos_id()), &text(tok.eos_id())).unwrap();
+        let rendered = t
+            .render_json(&tools::template_messages(&msgs, Some(&tools_v), style), Some(&Value::Array(tools_v.clone())), true)
+            .unwrap_or_else(|e| panic!("{family}: {e}"));
+        for needle in ["get_weather", "Weather in a city", "temp_c", "Paris"] {
+            assert!(rendered.contains(needle), "{family}: {needle} missing from\n{rendered}");
+        }
+        // A forced call through the real vocabulary: random logits under the mask.
+        let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
+        let g = tools::forced_call_grammar(&tools_v, None, format, tok.token_id("[TOOL_CALLS]")).unwrap();
+        let mut c = Constraint::new(&ConstraintSpec::Lark(g), &env).unwrap();
+        let mut rng = common::R::new();
+        let mut out = Vec::new();
+        for _ in 0..200 {
+            if c.is_done() {
+                break;
+            }
+            let mut logits = rng.vec(tok.vocab_size());
+            c.mask(&mut logits).unwrap();
+            let id = ferrolm::sampler::argmax(&logits) as u32;
+            c.commit(id).unwrap();
+            out.push(id);
+        }
+        assert!(c.is_done(), "{family}: the call did not end in 200 tokens");
+        let generated = tok.decode(&out).unwrap();
+        let (_, calls) = tools::parse(&generated, 1);
+        assert_eq!(calls.len(), 1, "{family}: {generated:?}");
+        assert_eq!(calls[0].function.name, "get_weather");
+        let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+        assert!(["Paris", "Rome"].contains(&args["city"].as_str().unwrap()), "{family}: {args}");
+        eprintln!("{family}: {generated:?}");
+    }
+}
