@@ -249,7 +249,10 @@ impl Sampler {
         if p.is_greedy() {
             return argmax(&l) as u32;
         }
-        let k = if p.top_k == 0 { l.len() } else { p.top_k.min(l.len()) };
+        // Masked tokens (-inf, from a constraint) have probability 0: leaving them out of the
+        // sort changes nothing but the cost.
+        let live = l.iter().filter(|x| **x > f32::NEG_INFINITY).count().max(1);
+        let k = if p.top_k == 0 { live } else { p.top_k.min(live) };
         // Candidates sorted by logit, largest first; top-k cuts the list.
         let mut cand = top_k(&l, k);
         let max = cand[0].1;

@@ -319,3 +319,35 @@ fn gemma_fallback_renders_like_the_real_templates() {
         .unwrap()
         .starts_with("<|im_start|>user"));
 }
+
+/// Conversations with tools, an assistant's call (arguments as OpenAI's JSON string) and its
+/// result render as transformers' apply_chat_template(tools=...) renders them
+/// (tests/scripts/make_tool_fixtures.py).
+#[test]
+fn tool_prompts_render_like_transformers() {
+    use ferrolm::chat::tools::{template_messages, ToolStyle};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/chat_templates");
+    let fx: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tools_expected.json")).unwrap()).unwrap();
+    let tools = fx["tools"].as_array().unwrap();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for t in fx["templates"].as_array().unwrap() {
+        let file = t["file"].as_str().unwrap();
+        let src = template_source(file);
+        let tmpl = ChatTemplate::new(&src, t["bos_token"].as_str().unwrap(), t["eos_token"].as_str().unwrap()).unwrap();
+        let style = ToolStyle::of_template(&src);
+        assert!(style.native, "{file} renders tools itself");
+        for case in t["cases"].as_array().unwrap() {
+            let msgs = template_messages(case["messages"].as_array().unwrap(), Some(tools), style);
+            let got = tmpl.render_json(&msgs, Some(&fx["tools"]), true);
+            match (got, case["rendered"].as_str()) {
+                (Ok(ours), Some(want)) if same_modulo_date(&ours, want) => checked += 1,
+                (Ok(ours), Some(want)) => failures.push(format!("{file}:\n  ours {ours:?}\n  want {want:?}")),
+                (Err(e), want) => failures.push(format!("{file}: {e} (want {want:?})")),
+                (Ok(_), None) => failures.push(format!("{file}: rendered where transformers failed: {}", case["error"])),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(checked, 20);
+}

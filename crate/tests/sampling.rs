@@ -141,6 +141,7 @@ fn cases() -> Vec<SamplingParams> {
         min_p,
         repetition_penalty,
         seed: 11,
+        ..Default::default()
     };
     vec![
         s(0.8, 0, 1.0, 0.0, 1.0),
