@@ -124,6 +124,26 @@ impl Constraint {
         Ok(())
     }
 
+    /// The allowed tokens as `vocab` bits (one u32 per 32 ids), for the GPU sampler's mask.
+    pub fn allowed_bits(&mut self, vocab: usize) -> Result<Vec<u32>> {
+        let allowed = self.m.compute_mask().map_err(|e| self.error(e))?;
+        let mut bits = vec![0u32; vocab.div_ceil(32)];
+        let words = allowed.as_slice();
+        let n = bits.len().min(words.len());
+        bits[..n].copy_from_slice(&words[..n]);
+        let full_words = self.vocab.min(vocab) / 32;
+        let tail = self.vocab.min(vocab) % 32;
+        // Ids past the vocabulary (an embedding padded beyond it) are never allowed.
+        if full_words < bits.len() {
+            bits[full_words] &= if tail == 0 { 0 } else { (1u32 << tail) - 1 };
+            bits[full_words + 1..].fill(0);
+        }
+        if bits.iter().all(|&w| w == 0) {
+            return Err(Error::InvalidOption(format!("the {} allows no token here", self.what)));
+        }
+        Ok(bits)
+    }
+
     /// The chosen token.
     pub fn commit(&mut self, id: u32) -> Result<()> {
         self.m.consume_token(id).map(|_| ()).map_err(|e| self.error(e))

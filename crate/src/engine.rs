@@ -8,7 +8,7 @@ pub use crate::generation::{
     GenStats, GenerateOptions, GenerationResult, StopReason, TokenEvent, TokenLogprob, DEFAULT_MAX_TOKENS,
 };
 use crate::gpu::Gpu;
-use crate::model::forward;
+use crate::model::forward::{self, Pick};
 use crate::model::weights;
 use crate::model::ModelConfig;
 pub use crate::runtime::Runtime;
@@ -295,16 +295,19 @@ impl Engine {
         self.serial += 1;
         // The GPU picks every token after the first (which comes from the prompt's logits, read
         // back anyway): by argmax, or sampled when there is anything to sample or penalize.
-        let gpu_sampled = !(opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0);
+        // A constraint's mask is applied by the sampler too (which then also does greedy).
+        let gpu_sampled = !(opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0)
+            || opts.constraint.is_some();
         // A default-sized context grows to hold a longer prompt and the tokens asked for (up to
-        // 4096 more; the model's training context is not a limit: transformers does not enforce
-        // it either). A prompt that fits keeps the context, and generation stops at its end.
+        // 4096 more, rounded up to a power of two; the cached prefix is kept; the model's
+        // training context is not a limit: transformers does not enforce it either). A prompt that fits keeps the context, and generation stops at its end.
         // Never past what decode attention can merge: a prompt that fits below that limit grows
         // the context to it, and a longer one gets ContextOverflow below.
         let most = crate::model::forward::MAX_CONTEXT;
         if prompt.len() >= self.rt.context && !self.rt.context_fixed && prompt.len() < most {
-            self.rt.grow_context((prompt.len() + opts.max_tokens.clamp(1, 4096)).min(most))?;
-            self.kv_tokens.clear();
+            // To a power of two: the next turns of a chat fit without growing again.
+            let needed = (prompt.len() + opts.max_tokens.clamp(1, 4096)).min(most);
+            self.rt.grow_context(needed.next_power_of_two().min(most))?;
         }
         if prompt.len() >= self.rt.context {
             return Err(Error::ContextOverflow {
@@ -406,13 +409,19 @@ impl Engine {
             if g.gpu_sampled && g.submitted == 0 {
                 self.rt.set_sampling(&g.sampler.params, &g.history)?;
             }
-            while g.inflight.len() < PIPELINE_DEPTH
+            // A constraint's next mask depends on the token just chosen: no steps queued ahead.
+            let depth = if g.constraint.is_some() { 1 } else { PIPELINE_DEPTH };
+            let pick = Pick { sampled: g.gpu_sampled, masked: g.constraint.is_some() };
+            while g.inflight.len() < depth
                 && g.tokens.len() + g.inflight.len() < g.max_tokens
                 && self.rt.pos < self.rt.context
                 && !self.rt.cfg.rope_recompute_at(self.rt.rope_key, self.rt.pos + 1)
             {
+                if let Some(c) = g.constraint.as_mut() {
+                    self.rt.set_mask(&c.allowed_bits(self.rt.cfg.vocab)?);
+                }
                 let slot = g.submitted % forward::TOKEN_SLOTS;
-                let sub = self.rt.submit_token(g.feed.take(), slot, g.gpu_sampled)?;
+                let sub = self.rt.submit_token(g.feed.take(), slot, pick)?;
                 g.inflight.push_back((slot, sub));
                 g.submitted += 1;
             }
@@ -422,6 +431,9 @@ impl Engine {
             let id = self.rt.read_token(slot, sub).await?;
             if id as usize >= self.rt.cfg.vocab {
                 return Err(Error::Gpu(format!("the GPU sampler returned token {id}, outside the vocabulary")));
+            }
+            if let Some(c) = g.constraint.as_mut() {
+                c.commit(id)?;
             }
             (id, None)
         } else {
@@ -439,11 +451,8 @@ impl Engine {
     /// Dispatches of one of this generation's decode steps (sampling on the GPU takes more than
     /// argmax), for its stats.
     pub fn dispatches_of(&self, g: &Generation) -> usize {
-        if g.gpu && g.gpu_sampled {
-            self.rt.sampled_dispatches_at(self.rt.pos)
-        } else {
-            self.rt.decode_dispatches()
-        }
+        let pick = Pick { sampled: g.gpu && g.gpu_sampled, masked: g.gpu && g.constraint.is_some() };
+        self.rt.dispatches_at(self.rt.pos, pick)
     }
 
     /// Stop a generation early (the caller broke out of its loop).

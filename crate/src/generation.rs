@@ -62,12 +62,12 @@ impl GenerateOptions {
     }
 
     /// Whether each token must be chosen on the CPU from read-back logits: what the GPU sampler
-    /// does not do (log-probabilities, OpenAI's penalties, logit bias, constraints).
+    /// does not do (log-probabilities, OpenAI's penalties, logit bias). A constraint alone
+    /// stays on the GPU: its mask of allowed tokens goes up each step instead.
     pub fn needs_cpu(&self) -> bool {
         let s = &self.sampling;
         self.cpu_sampling
             || self.logprobs.is_some()
-            || self.constraint.is_some()
             || s.frequency_penalty != 0.0
             || s.presence_penalty != 0.0
             || !s.logit_bias.is_empty()

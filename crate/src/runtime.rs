@@ -4,7 +4,7 @@
 use crate::engine::{LoadOptions, Progress};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::forward::{self, Buffers, Program};
+use crate::model::forward::{self, Buffers, Pick, Program};
 use crate::model::weights::ModelWeights;
 use crate::model::ModelConfig;
 use crate::sampler::SamplingParams;
@@ -98,16 +98,37 @@ impl Runtime {
         })
     }
 
-    /// Reallocate activations and the KV cache for a longer context (the cache is emptied) and
-    /// rebuild both programs.
+    /// Reallocate activations and the KV cache for a longer context and rebuild both programs.
+    /// The cached positions are copied over (so a longer chat keeps its prefix), unless the
+    /// rotary table they were computed with is not the one a fresh cache starts with.
     pub fn grow_context(&mut self, context: usize) -> Result<()> {
         let max_batch = self.max_batch_opt.min(context);
         let bufs = Buffers::new(&self.gpu, &self.cfg, max_batch, context)?;
         let decode = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, false)?;
         let prefill = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, true)?;
+        let fresh_key = self.cfg.rope_table_key(1);
+        let keep = if fresh_key == self.rope_key { self.pos.min(context) } else { 0 };
+        if keep > 0 {
+            // KV layout per layer: [k|v][kv head][slot][head_dim] f16, slot = position % cap.
+            let row = self.cfg.head_dim as u64 * 2;
+            let blocks = 2 * self.cfg.n_kv_heads as u64;
+            let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+            for (i, (old, new)) in self.bufs.kv.iter().zip(&bufs.kv).enumerate() {
+                let (oc, nc) = (self.bufs.kv_cap[i] as u64, bufs.kv_cap[i] as u64);
+                if oc == nc {
+                    enc.copy_buffer_to_buffer(old, 0, new, 0, old.size());
+                } else {
+                    // A cap that grew held every position so far in slot = position.
+                    for b in 0..blocks {
+                        enc.copy_buffer_to_buffer(old, b * oc * row, new, b * nc * row, keep as u64 * row);
+                    }
+                }
+            }
+            self.gpu.queue.submit([enc.finish()]);
+        }
         (self.bufs, self.decode, self.prefill) = (bufs, decode, prefill);
-        (self.context, self.max_batch, self.pos) = (context, max_batch, 0);
-        self.rope_key = self.cfg.rope_table_key(1);
+        (self.context, self.max_batch, self.pos) = (context, max_batch, keep);
+        self.rope_key = fresh_key;
         self.gpu.check()
     }
 
@@ -127,8 +148,8 @@ impl Runtime {
     /// Record and submit one step over `ids` (or, with `None`, over the token the GPU sampled
     /// in the previous step), copying the sampled token to readback `slot` and, if asked, the
     /// logits to the logits readback buffer.
-    fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool, sampled: bool) -> wgpu::SubmissionIndex {
-        self.submit_timed(ids, slot, copy_logits, sampled, None)
+    fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool, pick: Pick) -> wgpu::SubmissionIndex {
+        self.submit_timed(ids, slot, copy_logits, pick, None)
     }
 
     fn submit_timed(
@@ -136,7 +157,7 @@ impl Runtime {
         ids: Option<&[u32]>,
         slot: usize,
         copy_logits: bool,
-        sampled: bool,
+        pick: Pick,
         timer: Option<&Timer>,
     ) -> wgpu::SubmissionIndex {
         let n = ids.map_or(1, |i| i.len()) as u32;
@@ -154,7 +175,7 @@ impl Runtime {
             });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             let program = if n == 1 { &self.decode } else { &self.prefill };
-            program.record(&mut pass, n, self.pos as u32, sampled);
+            program.record(&mut pass, n, self.pos as u32, pick);
         }
         if let Some(t) = timer {
             enc.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);
@@ -194,7 +215,7 @@ impl Runtime {
         let chunks: Vec<&[u32]> = ids.chunks(self.max_batch).collect();
         let mut last = None;
         for (i, chunk) in chunks.iter().enumerate() {
-            last = Some(self.submit(Some(chunk), 0, i + 1 == chunks.len(), false));
+            last = Some(self.submit(Some(chunk), 0, i + 1 == chunks.len(), Pick::GREEDY));
         }
         let bytes = self.gpu.read_mapped_after(&self.readback, self.cfg.vocab as u64 * 4, last).await?;
         let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
@@ -204,16 +225,23 @@ impl Runtime {
         Ok(logits)
     }
 
-    /// Queue one decode step whose token is chosen on the GPU: by argmax, or (`sampled`) drawn
-    /// with the parameters of the last `set_sampling`. `first`: the token to feed, when the CPU
+    /// Queue one decode step whose token is chosen on the GPU: by argmax, or (`pick.sampled`)
+    /// drawn with the parameters of the last `set_sampling`, among the tokens of the last
+    /// `set_mask` when `pick.masked`. `first`: the token to feed, when the CPU
     /// chose it. Returns the step's submission; its token lands in readback `slot`.
-    pub fn submit_token(&mut self, first: Option<u32>, slot: usize, sampled: bool) -> Result<wgpu::SubmissionIndex> {
+    pub fn submit_token(&mut self, first: Option<u32>, slot: usize, pick: Pick) -> Result<wgpu::SubmissionIndex> {
         if let Some(t) = first {
             self.check_ids(&[t])?;
         } else if self.pos + 1 > self.context {
             return Err(Error::ContextOverflow { tokens: self.pos + 1, max_new: 0, context: self.context });
         }
-        Ok(self.submit(first.as_ref().map(std::slice::from_ref), slot, false, sampled))
+        Ok(self.submit(first.as_ref().map(std::slice::from_ref), slot, false, pick))
+    }
+
+    /// The tokens the next masked step may choose: one bit per token id (`cfg.vocab` bits).
+    pub fn set_mask(&self, bits: &[u32]) {
+        let n = self.cfg.vocab.div_ceil(32).min(bits.len());
+        self.gpu.queue.write_buffer(&self.bufs.mask_bits, 0, bytemuck::cast_slice(&bits[..n]));
     }
 
     /// The parameters of the GPU sampler for the next `submit_token(.., true)` steps, and the
@@ -244,7 +272,7 @@ impl Runtime {
             return Ok(None);
         }
         let timer = Timer::new(&self.gpu);
-        let sub = self.submit_timed(None, 0, false, false, Some(&timer));
+        let sub = self.submit_timed(None, 0, false, Pick::GREEDY, Some(&timer));
         let bytes = self.gpu.read_mapped_after(&timer.readback, 16, Some(sub)).await?;
         let t: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
         let ns = t[1].saturating_sub(t[0]) as f64 * self.gpu.queue.get_timestamp_period() as f64;
@@ -259,7 +287,7 @@ impl Runtime {
             return Ok(None);
         }
         let program = if n == 1 { &self.decode } else { &self.prefill };
-        let count = program.dispatches(n, self.pos, false) as u32 + 1;
+        let count = program.dispatches(n, self.pos, Pick::GREEDY) as u32 + 1;
         let qs = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
             label: Some("profile"),
             ty: wgpu::QueryType::Timestamp,
@@ -279,7 +307,7 @@ impl Runtime {
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         let kernels = {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            program.record_profiled(&mut pass, n as u32, self.pos as u32, false, &qs)
+            program.record_profiled(&mut pass, n as u32, self.pos as u32, Pick::GREEDY, &qs)
         };
         enc.resolve_query_set(&qs, 0..count, &resolve, 0);
         enc.copy_buffer_to_buffer(&resolve, 0, &readback, 0, size);
@@ -327,16 +355,21 @@ impl Runtime {
 
     /// Dispatches of a greedy decode step at cache position `pos`.
     pub fn decode_dispatches_at(&self, pos: usize) -> usize {
-        self.decode.dispatches(1, pos, false)
+        self.decode.dispatches(1, pos, Pick::GREEDY)
     }
 
     /// Dispatches of a decode step whose token the GPU samples, at cache position `pos`.
     pub fn sampled_dispatches_at(&self, pos: usize) -> usize {
-        self.decode.dispatches(1, pos, true)
+        self.decode.dispatches(1, pos, Pick { sampled: true, masked: false })
+    }
+
+    /// Dispatches of a decode step at cache position `pos` that picks its token as `pick` says.
+    pub fn dispatches_at(&self, pos: usize, pick: Pick) -> usize {
+        self.decode.dispatches(1, pos, pick)
     }
 
     /// Dispatches of a full prefill chunk.
     pub fn prefill_dispatches(&self) -> usize {
-        self.prefill.dispatches(self.max_batch, 0, false)
+        self.prefill.dispatches(self.max_batch, 0, Pick::GREEDY)
     }
 }

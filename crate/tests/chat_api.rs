@@ -226,3 +226,67 @@ fn tool_calls_on_real_templates_and_vocabularies() {
         eprintln!("{family}: {generated:?}");
     }
 }
+
+/// A conversation that outgrows the default context keeps its cached prefix: the KV cache is
+/// copied into the larger one, and the second turn's tokens and logits are those of a cold run.
+#[test]
+fn growing_the_context_keeps_the_cached_prefix() {
+    let mut shape = ferrolm::synth::shape("smollm2-135m").unwrap();
+    shape.context = 64; // the default context: a 74-token prompt grows it
+    let opts = ferrolm::synth::SynthOptions { shape, ty: ferrolm::synth::parse_type("q8_0").unwrap(), seed: 5, layers: Some(2), sparse: false };
+    let m = common::SynthModel::write("grow", &opts);
+    let load = || block_on(Engine::load_path(&m.path, &LoadOptions::default(), &mut |_, _, _| {})).unwrap();
+    let turn1: Vec<u32> = (0..40).map(|i| 3 + (i * 7) % 200).collect();
+    let gen = |e: &mut Engine, p: &[u32], reuse: bool| {
+        let o = GenerateOptions { max_tokens: 4, stop_ids: Some(vec![]), top_logits: 8, prefix_cache: reuse, ..Default::default() };
+        block_on(e.generate(p, &o, &mut |_, _| true)).unwrap()
+    };
+    let mut warm = load();
+    assert_eq!(warm.rt.context, 64);
+    let r1 = gen(&mut warm, &turn1, true);
+    let mut turn2 = turn1.clone();
+    turn2.extend(&r1.tokens);
+    turn2.extend((0..30).map(|i| 5 + (i * 11) % 200));
+    let w = gen(&mut warm, &turn2, true);
+    assert_eq!(warm.rt.context, 128, "grown to a power of two");
+    assert_eq!(w.stats.cached_tokens, 43, "turn 1's prompt and three of its tokens were cached");
+    let mut cold = load();
+    let c = gen(&mut cold, &turn2, false);
+    assert_eq!(c.stats.cached_tokens, 0);
+    assert_eq!(w.tokens, c.tokens);
+    for (a, b) in w.top_logits.iter().zip(&c.top_logits) {
+        assert_eq!(a.0, b.0);
+        assert!((a.1 - b.1).abs() < 2e-3, "{a:?} vs {b:?}");
+    }
+}
+
+/// A constraint alone keeps token choice on the GPU (its mask goes up each step): greedy tokens
+/// equal those of the CPU path, and sampled output is valid too.
+#[test]
+fn constrained_decoding_on_the_gpu_matches_the_cpu_path() {
+    let Some(mut e) = engine() else { return };
+    let schema = json!({ "type": "object", "properties": {
+        "city": { "type": "string", "maxLength": 16 }, "population": { "type": "integer" } },
+        "required": ["city", "population"], "additionalProperties": false });
+    let ids = e.chat_ids(&[ferrolm::chat_template::ChatMessage::new("user", "Give a city as JSON.")]).unwrap();
+    let run = |e: &mut Engine, cpu: bool, temperature: f32| {
+        let o = GenerateOptions {
+            max_tokens: 40,
+            constraint: Some(ConstraintSpec::JsonSchema(schema.clone())),
+            cpu_sampling: cpu,
+            sampling: ferrolm::sampler::SamplingParams { temperature, seed: 3, ..Default::default() },
+            ..Default::default()
+        };
+        let r = block_on(e.generate(&ids, &o, &mut |_, _| true)).unwrap();
+        (r.tokens, r.text, r.stats.dispatches_per_token)
+    };
+    let (gpu, text, gpu_dispatches) = run(&mut e, false, 0.0);
+    let (cpu, _, cpu_dispatches) = run(&mut e, true, 0.0);
+    assert_eq!(gpu, cpu, "{text}");
+    assert!(gpu_dispatches > cpu_dispatches, "the GPU path masks and samples on the GPU");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert!(v["city"].is_string() && v["population"].is_i64(), "{text}");
+    let (_, sampled, _) = run(&mut e, false, 0.9);
+    let v: Value = serde_json::from_str(&sampled).unwrap_or_else(|e| panic!("{sampled:?}: {e}"));
+    assert!(v["city"].is_string() && v["population"].is_i64(), "{sampled}");
+}

@@ -26,6 +26,7 @@ pub enum Kernel {
     FfnAct,
     Argmax,
     Sample,
+    Mask,
 }
 
 #[derive(Clone, Copy)]
@@ -61,6 +62,7 @@ impl Kernel {
             Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false, false),
             Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), false, false),
             Kernel::Sample => (include_str!("../../../shaders/sample.wgsl"), false, false),
+            Kernel::Mask => (include_str!("../../../shaders/mask.wgsl"), false, false),
         };
         let merge = matches!(self, Kernel::AttnDecode | Kernel::AttnCombine);
         Source { body, weights, reduce, merge }
@@ -93,6 +95,7 @@ impl Kernel {
             Kernel::AttnCombine => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
             Kernel::FfnAct => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
+            Kernel::Mask => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
             Kernel::Sample => &[
                 Some(Read),
                 Some(ReadWrite),

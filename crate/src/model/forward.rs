@@ -99,11 +99,25 @@ struct Op {
     /// `Some(sampled)`: recorded only in steps that choose their token greedily (`false`) or
     /// by sampling (`true`); `None`: in both.
     pick: Option<bool>,
+    /// Recorded only in steps whose token a constraint masks (`Pick::masked`).
+    masked: bool,
+}
+
+/// How a decode step chooses its token: by argmax, or by the GPU sampler (`sampled`), which
+/// then also applies a constraint's mask of allowed tokens (`masked`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pick {
+    pub sampled: bool,
+    pub masked: bool,
+}
+
+impl Pick {
+    pub const GREEDY: Pick = Pick { sampled: false, masked: false };
 }
 
 impl Op {
-    fn runs(&self, t: u32, pos: u32, short_max: u32, sampled: bool) -> bool {
-        self.when.at(t, pos, short_max) && self.pick.is_none_or(|p| p == sampled)
+    fn runs(&self, t: u32, pos: u32, short_max: u32, pick: Pick) -> bool {
+        self.when.at(t, pos, short_max) && self.pick.is_none_or(|p| p == pick.sampled) && (!self.masked || pick.masked)
     }
 }
 
@@ -133,6 +147,8 @@ pub struct Buffers {
     pub sample_state: wgpu::Buffer,
     pub sample_counters: wgpu::Buffer,
     pub sample_params: wgpu::Buffer,
+    /// A constraint's allowed tokens, one bit each (mask.wgsl).
+    pub mask_bits: wgpu::Buffer,
     pub step: wgpu::Buffer,
     pub rope: wgpu::Buffer,
     /// Rope table of sliding-window layers when their frequencies differ (Gemma 3).
@@ -213,6 +229,7 @@ impl Buffers {
             sample_state: buf("sample state", SampleLayout::new(cfg.vocab).words as u64 * 4)?,
             sample_counters: buf("sample counters", 16)?,
             sample_params: gpu.uniform("sample params", 32),
+            mask_bits: buf("mask bits", cfg.vocab.div_ceil(32) as u64 * 4)?,
             rope: buf("rope", table.len() as u64 * 4)?,
             rope_local: local,
             kv_cap,
@@ -275,8 +292,8 @@ pub struct Program {
 impl Program {
     /// Dispatches of a step of `t` tokens at cache position `pos` (`sampled`: the token is
     /// sampled on the GPU rather than chosen by argmax).
-    pub fn dispatches(&self, t: usize, pos: usize, sampled: bool) -> usize {
-        self.ops.iter().filter(|o| o.runs(t as u32, pos as u32, self.short_max, sampled)).count()
+    pub fn dispatches(&self, t: usize, pos: usize, pick: Pick) -> usize {
+        self.ops.iter().filter(|o| o.runs(t as u32, pos as u32, self.short_max, pick)).count()
     }
 
     /// Record with a timestamp before the first dispatch and after each one (profiling);
@@ -286,11 +303,11 @@ impl Program {
         pass: &mut wgpu::ComputePass<'_>,
         n_tokens: u32,
         pos: u32,
-        sampled: bool,
+        pick: Pick,
         qs: &wgpu::QuerySet,
     ) -> Vec<&'static str> {
         pass.write_timestamp(qs, 0);
-        let ops: Vec<&Op> = self.ops.iter().filter(|o| o.runs(n_tokens, pos, self.short_max, sampled)).collect();
+        let ops: Vec<&Op> = self.ops.iter().filter(|o| o.runs(n_tokens, pos, self.short_max, pick)).collect();
         for (i, op) in ops.iter().enumerate() {
             let [x, y, z] = op.grid.dims(n_tokens, pos);
             pass.set_pipeline(&op.pipeline.pipeline);
@@ -302,8 +319,8 @@ impl Program {
     }
 
     /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos`.
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, sampled: bool) {
-        for op in self.ops.iter().filter(|o| o.runs(n_tokens, pos, self.short_max, sampled)) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, pick: Pick) {
+        for op in self.ops.iter().filter(|o| o.runs(n_tokens, pos, self.short_max, pick)) {
             let [x, y, z] = op.grid.dims(n_tokens, pos);
             pass.set_pipeline(&op.pipeline.pipeline);
             pass.set_bind_group(0, &op.bind, &[]);
@@ -321,6 +338,8 @@ struct Builder<'a> {
     when: When,
     /// Greedy-only or sampled-only dispatches pushed now (`Op::pick`).
     pick: Option<bool>,
+    /// Dispatches pushed now run only in masked steps (`Op::masked`).
+    masked: bool,
     /// While `lm_head` records one row range of a `StreamedMatrix`: its matvec.wgsl constants
     /// (ROW0, Y_ROWS, WG0).
     row_range: Vec<(&'static str, f64)>,
@@ -356,7 +375,7 @@ impl Builder<'_> {
             layout: &pipeline.layout,
             entries: &entries,
         });
-        self.ops.push(Op { label, pipeline, bind, grid, when: self.when, pick: self.pick });
+        self.ops.push(Op { label, pipeline, bind, grid, when: self.when, pick: self.pick, masked: self.masked });
     }
 
     /// How a decode matvec over rows of `k` elements of `layout` stages its activation vector in
@@ -582,6 +601,7 @@ pub fn build(
         step: &bf.step,
         when: When::Always,
         pick: None,
+        masked: false,
         row_range: Vec::new(),
         too_big: Default::default(),
     };
@@ -769,6 +789,11 @@ pub fn build(
     // Decode steps may sample instead; prefill chunks never do (the first token comes from the
     // prompt's logits, read back).
     p.pick = Some(true);
+    if !batched {
+        p.masked = true;
+        p.push("mask", Kernel::Mask, &[("V", cfg.vocab as f64)], &[(0, &bf.logits), (1, &bf.mask_bits)], Grid::Elems(cfg.vocab as u32));
+        p.masked = false;
+    }
     let sl = SampleLayout::new(cfg.vocab);
     for (phase, wide) in PHASES.into_iter().filter(|_| !batched) {
         let grid = Grid::Fixed(if wide { sl.nw as u32 } else { 1 });
