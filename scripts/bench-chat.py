@@ -66,7 +66,7 @@ def decode_costs(bin_, model, tmp):
         "greedy (GPU argmax)": [],
         "sampled t=0.7 top-p 0.9 (GPU)": ["--temperature", "0.7", "--top-p", "0.9", "--seed", "1"],
         "greedy + logprobs 5 (CPU pick)": ["--logprobs", "5"],
-        "JSON schema, sampled (CPU pick + mask)": ["--json-schema", schema, "--temperature", "0.7", "--seed", "1"],
+        "JSON schema, sampled (mask uploaded, GPU sampler)": ["--json-schema", schema, "--temperature", "0.7", "--seed", "1"],
     }
     rows = []
     for name, extra in modes.items():

@@ -468,7 +468,7 @@ test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs n
     const gr = await g.result;
     v.logprobs = { top: gr.logprobs[0].top, topLogits: gr.topLogits };
     const greedy = await e.generate({ tokens: sq.prompt_ids }, { maxTokens: 6 }).result;
-    const stopAt = (await e.decode(sq.greedy.slice(3, 5))).trim();
+    const stopAt = greedy.text.split(/\s+/).filter(Boolean)[1] ?? greedy.text.trim();
     const st = await e.generate({ tokens: sq.prompt_ids }, { maxTokens: 6, stop: [stopAt] }).result;
     v.stop = { full: greedy.text, stopAt, text: st.text, finish: st.finishReason };
     const it = await e.chat.completions.create({ messages: ask, max_tokens: 200, stream: true });
@@ -543,7 +543,21 @@ test('abort via AbortSignal stops promptly; concurrent generations queue; break 
 test('a reload takes the weights from the cache (no weight request); worker:false + chat.completions', async () => {
   // Fill the cache for /m/cached/ from the worker engine's copy? No: load once (downloads),
   // then reload in a fresh page of the same origin and count requests.
-  await inPage(page, async () => { await window.workerEngine.unload(); window.workerEngine = null; });
+  // After unload, a worker engine's calls fail at once (they used to be posted to the ended
+  // worker and never settle).
+  const gone = await inPage(page, async () => {
+    const e = window.workerEngine;
+    await e.unload();
+    window.workerEngine = null;
+    const late = await Promise.race([
+      e.generate('x').result.then(() => 'resolved', (x) => `${x.name}|${x instanceof ferrolm.EngineUnloadedError}`),
+      new Promise((ok) => setTimeout(() => ok('hung'), 5000)),
+    ]);
+    const chat = await e.chat.completions.create({ messages: [{ role: 'user', content: 'x' }] }).then(() => 'resolved', (x) => x.name);
+    return { late, chat };
+  });
+  assert.ok(gone.ok, gone.message);
+  assert.deepEqual(gone.value, { late: 'EngineUnloadedError|true', chat: 'EngineUnloadedError' });
   const url = `/m/cached/${MODEL_NAME}`;
   const p1 = await inPage(page, async (url) => {
     const e = await ferrolm.createEngine({ model: url, worker: true, cache: 'cache-api' });
