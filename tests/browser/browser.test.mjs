@@ -452,7 +452,11 @@ test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs n
     const cold = await e.chat.completions.create({ messages: turn2, max_tokens: 3, temperature: 0, prefix_cache: false });
     await e.chat.completions.create({ messages: turn1, max_tokens: 1, temperature: 0 });
     const warm = await e.chat.completions.create({ messages: turn2, max_tokens: 3, temperature: 0 });
-    v.reuse = { cold: cold.choices[0].message.content, warm: warm.choices[0].message.content, coldUsage: cold.usage, warmUsage: warm.usage };
+    v.reuse = {
+      cold: cold.choices[0].message.content, warm: warm.choices[0].message.content, coldUsage: cold.usage, warmUsage: warm.usage,
+      coldPrefilled: cold.stats.prompt_tokens - cold.stats.cached_tokens, warmPrefilled: warm.stats.prompt_tokens - warm.stats.cached_tokens,
+      coldMs: cold.stats.prefill_ms, warmMs: warm.stats.prefill_ms,
+    };
     const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
     const j = await e.chat.completions.create({ messages: [{ role: 'user', content: 'Is the sky blue? Answer in JSON.' }], response_format: { type: 'json_schema', json_schema: { name: 'a', schema } }, max_tokens: 12, seed: 3 });
     v.json = j.choices[0].message.content;
@@ -484,6 +488,8 @@ test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs n
   assert.equal(v.reuse.warm, v.reuse.cold, 'greedy output is the same with and without prefix reuse');
   assert.equal(v.reuse.coldUsage.prompt_tokens_details.cached_tokens, 0);
   assert.ok(v.reuse.warmUsage.prompt_tokens_details.cached_tokens > 10, JSON.stringify(v.reuse.warmUsage));
+  assert.equal(v.reuse.warmUsage.prompt_tokens, v.reuse.coldUsage.prompt_tokens);
+  assert.ok(v.reuse.warmPrefilled < v.reuse.coldPrefilled / 2, `turn 2 prefills fewer tokens: ${JSON.stringify(v.reuse)}`);
   assert.equal(typeof JSON.parse(v.json).ok, 'boolean', v.json);
   assert.equal(v.call.finish, 'tool_calls');
   assert.equal(v.call.call.type, 'function');
