@@ -2,6 +2,7 @@
 //! regular expression. Each step the constraint masks the logits of tokens that cannot continue
 //! a valid output, then learns the token chosen.
 //!
+//! Grammars are Lark (llguidance's dialect) or GBNF (llama.cpp's), converted to Lark.
 //! The engine is `llguidance` (the one llama.cpp and vLLM use): an Earley parser over a lexer of
 //! derivatives of regular expressions, with a token trie, so a mask over a 150k vocabulary costs
 //! tens of microseconds. We give it our own vocabulary's bytes (`Tokenizer::token_bytes`).
@@ -26,26 +27,38 @@ pub enum ConstraintSpec {
     JsonSchema(serde_json::Value),
     /// Text of this Lark grammar (llguidance's dialect: `start` rule, `%json {schema}` inline).
     Lark(String),
+    /// Text of this GBNF grammar (llama.cpp's format; converted to Lark, `gbnf.rs`).
+    Gbnf(String),
     /// Text matching this regular expression.
     Regex(String),
 }
 
 impl ConstraintSpec {
-    fn grammar(&self) -> TopLevelGrammar {
-        match self {
+    /// A grammar's text as GBNF when it has GBNF's `::=` (Lark never does), else as Lark.
+    pub fn grammar(text: &str) -> ConstraintSpec {
+        if text.contains("::=") {
+            ConstraintSpec::Gbnf(text.to_string())
+        } else {
+            ConstraintSpec::Lark(text.to_string())
+        }
+    }
+
+    fn top_level(&self) -> Result<TopLevelGrammar> {
+        Ok(match self {
             ConstraintSpec::JsonObject => {
                 TopLevelGrammar::from_json_schema(compact(serde_json::json!({ "type": "object" })))
             }
             ConstraintSpec::JsonSchema(s) => TopLevelGrammar::from_json_schema(compact(s.clone())),
             ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            ConstraintSpec::Gbnf(g) => TopLevelGrammar::from_lark(crate::gbnf::to_lark(g)?),
             ConstraintSpec::Regex(r) => TopLevelGrammar::from_regex(r),
-        }
+        })
     }
 
     fn what(&self) -> &'static str {
         match self {
             ConstraintSpec::JsonObject | ConstraintSpec::JsonSchema(_) => "JSON schema",
-            ConstraintSpec::Lark(_) => "grammar",
+            ConstraintSpec::Lark(_) | ConstraintSpec::Gbnf(_) => "grammar",
             ConstraintSpec::Regex(_) => "regular expression",
         }
     }
@@ -100,7 +113,7 @@ impl Constraint {
     /// `InvalidOption` error with llguidance's message.
     pub fn new(spec: &ConstraintSpec, env: &VocabEnv) -> Result<Constraint> {
         let what = spec.what();
-        let m = Matcher::new(env.factory.create_parser(spec.grammar()));
+        let m = Matcher::new(env.factory.create_parser(spec.top_level()?));
         if let Some(e) = m.get_error() {
             return Err(Error::InvalidOption(format!("{what}: {e}")));
         }

@@ -9,6 +9,7 @@ pub mod chat_limits;
 pub mod chat_template;
 pub mod constrain;
 pub mod engine;
+pub mod gbnf;
 pub mod error;
 pub mod generation;
 pub mod gpu;

@@ -290,3 +290,65 @@ fn constrained_decoding_on_the_gpu_matches_the_cpu_path() {
     let v: Value = serde_json::from_str(&sampled).unwrap_or_else(|e| panic!("{sampled:?}: {e}"));
     assert!(v["city"].is_string() && v["population"].is_i64(), "{sampled}");
 }
+
+/// llama.cpp's JSON grammar (GBNF, as in its grammars/json.gbnf) and a small list grammar accept
+/// what they describe through the real SmolLM2 vocabulary, and refuse what they do not.
+#[test]
+fn gbnf_grammars_constrain_like_llama_cpp() {
+    let Some(path) = common::model_path() else { return };
+    let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&path).unwrap()).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
+    let bytes = tok.token_bytes();
+    let json_gbnf = r#"root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+"#;
+    let list_gbnf = "root ::= item (\", \" item){1,3} \".\"\nitem ::= \"apple\" | \"pear\" | [0-9]+\n";
+    // Feed `text` token by token (the longest allowed token that is a prefix of what is left);
+    // Ok(done) once it is all in, Err(at) where no allowed token continues it.
+    let feed = |grammar: &str, text: &str| -> Result<bool, usize> {
+        let mut c = Constraint::new(&ConstraintSpec::grammar(grammar), &env).unwrap();
+        let t = text.as_bytes();
+        let mut at = 0;
+        while at < t.len() {
+            let mut logits = vec![0.0f32; bytes.len()];
+            c.mask(&mut logits).unwrap();
+            let best = (0..bytes.len())
+                .filter(|&i| logits[i] == 0.0 && !bytes[i].is_empty() && t[at..].starts_with(&bytes[i]))
+                .max_by_key(|&i| bytes[i].len());
+            let Some(id) = best else { return Err(at) };
+            c.commit(id as u32).unwrap();
+            at += bytes[id].len();
+        }
+        let mut logits = vec![0.0f32; bytes.len()];
+        Ok(c.is_done() || (c.mask(&mut logits).is_ok() && logits[tok.eos_ids()[0] as usize] == 0.0))
+    };
+    assert_eq!(feed(json_gbnf, r#"{"a": [1, 2.5e3, "x\n"], "b": {"c": null, "d": true}}"#), Ok(true));
+    assert_eq!(feed(json_gbnf, r#"{"a": [1, 2,]}"#), Err(12));
+    assert_eq!(feed(list_gbnf, "apple, 42, pear."), Ok(true));
+    assert!(feed(list_gbnf, "apple.").is_err(), "at least two items");
+    assert!(matches!(Constraint::new(&ConstraintSpec::grammar("root ::= missing"), &env), Err(ferrolm::Error::InvalidOption(_))));
+}

@@ -471,9 +471,10 @@ test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs n
     for await (const _ of g);
     const gr = await g.result;
     v.logprobs = { top: gr.logprobs[0].top, topLogits: gr.topLogits };
-    const greedy = await e.generate({ tokens: sq.prompt_ids }, { maxTokens: 6 }).result;
+    const colours = [{ role: 'user', content: 'Name three colours.' }];
+    const greedy = await e.generate(colours, { maxTokens: 6 }).result;
     const stopAt = greedy.text.split(/\s+/).filter(Boolean)[1] ?? greedy.text.trim();
-    const st = await e.generate({ tokens: sq.prompt_ids }, { maxTokens: 6, stop: [stopAt] }).result;
+    const st = await e.generate(colours, { maxTokens: 6, stop: [stopAt] }).result;
     v.stop = { full: greedy.text, stopAt, text: st.text, finish: st.finishReason };
     const it = await e.chat.completions.create({ messages: ask, max_tokens: 200, stream: true });
     for await (const c of it) { v.firstChunk = c.choices[0].delta; break; }

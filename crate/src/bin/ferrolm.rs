@@ -191,7 +191,7 @@ struct GenerateArgs {
     /// The output must be a JSON object.
     #[arg(long, group = "constraint")]
     json_object: bool,
-    /// The output must follow the Lark grammar in FILE (llguidance's dialect; `start` rule).
+    /// The output must follow the grammar in FILE: GBNF (llama.cpp's, `root ::= ...`) or Lark.
     #[arg(long, value_name = "FILE", group = "constraint")]
     grammar: Option<String>,
     /// Print one JSON object (last line of stdout) instead of streaming text.
@@ -338,7 +338,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             .map_err(|e| Error::InvalidOption(format!("--json-schema {f}: not JSON: {e}")))?;
         Some(ferrolm::constrain::ConstraintSpec::JsonSchema(schema))
     } else if let Some(f) = &a.grammar {
-        Some(ferrolm::constrain::ConstraintSpec::Lark(read(f)?))
+        Some(ferrolm::constrain::ConstraintSpec::grammar(&read(f)?))
     } else {
         a.json_object.then_some(ferrolm::constrain::ConstraintSpec::JsonObject)
     };

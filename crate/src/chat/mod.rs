@@ -227,7 +227,7 @@ fn plan(engine: &mut Engine, req: &ChatRequest, fallback_seed: u64) -> Result<Pl
             _ => return bad(format!("response_format type must be 'text', 'json_object' or 'json_schema', got {f}")),
         },
     };
-    for c in [format, req.grammar.clone().map(ConstraintSpec::Lark)].into_iter().flatten() {
+    for c in [format, req.grammar.as_deref().map(ConstraintSpec::grammar)].into_iter().flatten() {
         if constraint.is_some() {
             return bad("only one of response_format, grammar and a forced tool call may constrain the output".into());
         }

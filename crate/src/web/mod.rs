@@ -151,7 +151,7 @@ impl JsGenerateOptions {
         let constraints = [
             self.json_schema.map(C::JsonSchema),
             self.json_object.filter(|&b| b).map(|_| C::JsonObject),
-            self.grammar.map(C::Lark),
+            self.grammar.as_deref().map(C::grammar),
         ];
         let mut constraints = constraints.into_iter().flatten();
         let constraint = constraints.next();
