@@ -352,3 +352,53 @@ ws ::= | " " | "\n" [ \t]{0,20}
     assert!(feed(list_gbnf, "apple.").is_err(), "at least two items");
     assert!(matches!(Constraint::new(&ConstraintSpec::grammar("root ::= missing"), &env), Err(ferrolm::Error::InvalidOption(_))));
 }
+
+/// Hostile grammars and schemas from a request: huge repetition counts, deep nesting and random
+/// bytes are refused or compiled in bounded time, never a panic or a hang.
+#[test]
+fn hostile_grammars_are_refused_quickly() {
+    let Some(path) = common::model_path() else { return };
+    let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&path).unwrap()).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
+    let deep = format!("root ::= {}\"a\"{}", "(".repeat(500), ")".repeat(500));
+    let cases: Vec<ConstraintSpec> = vec![
+        ConstraintSpec::grammar("root ::= \"a\"{100000000}"),
+        ConstraintSpec::grammar("start: \"a\"{100000000}"),
+        ConstraintSpec::grammar(&deep),
+        ConstraintSpec::JsonSchema(json!({ "type": "array", "minItems": 100000000, "items": { "type": "integer" } })),
+        ConstraintSpec::JsonSchema(json!({ "type": "string", "minLength": 100000000 })),
+        ConstraintSpec::Regex("a{100000000}".into()),
+    ];
+    for spec in cases {
+        let t = std::time::Instant::now();
+        let r = Constraint::new(&spec, &env).and_then(|mut c| {
+            let mut logits = vec![0.0f32; tok.vocab_size()];
+            c.mask(&mut logits)
+        });
+        let ms = t.elapsed().as_millis();
+        eprintln!("{:?}: {} in {ms} ms", format!("{spec:?}").chars().take(60).collect::<String>(), r.map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string()));
+        assert!(ms < 5000, "took {ms} ms");
+    }
+    // Random damage to a real grammar: an error or a grammar, never a panic.
+    let base = "root ::= item (\", \" item){1,3} \".\"\nitem ::= \"apple\" | [0-9]+ | (\"x\" [a-f]?)*\n";
+    let mut rng = common::R::new();
+    for _ in 0..3000 {
+        let mut b = base.as_bytes().to_vec();
+        for _ in 0..1 + rng.below(4) {
+            let i = rng.below(b.len() as u32) as usize;
+            match rng.below(3) {
+                0 => b[i] = b"()[]{}|*+?\"\\:=-,^.# \n0a"[rng.below(23) as usize],
+                1 => {
+                    b.remove(i);
+                }
+                _ => b.truncate(i),
+            }
+            if b.is_empty() {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&b).to_string();
+        let _ = ferrolm::gbnf::to_lark(&text);
+    }
+}
