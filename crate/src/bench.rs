@@ -90,7 +90,14 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         let mut feed = Some(first);
         for i in 0..gen {
             let slot = i % TOKEN_SLOTS;
-            inflight.push_back((slot, rt.submit_token(feed.take(), slot, crate::model::forward::Pick { sampled: sampling.is_some(), masked: false })?));
+            inflight.push_back((
+                slot,
+                rt.submit_token(
+                    feed.take(),
+                    slot,
+                    crate::model::forward::Pick { sampled: sampling.is_some(), masked: false },
+                )?,
+            ));
             if inflight.len() > 2 {
                 let (s, sub) = inflight.pop_front().unwrap();
                 rt.read_token(s, sub).await?;

@@ -7,7 +7,8 @@
 //! derivatives of regular expressions, with a token trie, so a mask over a 150k vocabulary costs
 //! tens of microseconds. We give it our own vocabulary's bytes (`Tokenizer::token_bytes`).
 //! JSON schemas follow llguidance's coverage (most of draft 2020-12; `uniqueItems`, `not` and
-//! remote `$ref`s are refused with a message naming them).
+//! remote `$ref`s are refused with a message naming them; a `format` it does not know is dropped,
+//! as JSON Schema's annotation semantics allow).
 
 use std::sync::Arc;
 
@@ -68,10 +69,35 @@ impl ConstraintSpec {
 /// llguidance's options itself: with free whitespace a small model can pad the output with
 /// newlines until it runs out of tokens, the known failure of JSON modes.
 fn compact(mut schema: serde_json::Value) -> serde_json::Value {
+    drop_unknown_formats(&mut schema);
     if let Some(o) = schema.as_object_mut() {
         o.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_flexible": false }));
     }
     schema
+}
+
+/// The `format`s llguidance enforces; others (`uri-reference`, OpenAPI's `int64`, ...) are left
+/// out, as JSON Schema treats `format` as an annotation unless a validator knows it (llguidance
+/// would refuse the schema instead).
+const KNOWN_FORMATS: &[&str] =
+    &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"];
+
+fn drop_unknown_formats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(o) => {
+            if o.get("format").and_then(|f| f.as_str()).is_some_and(|f| !KNOWN_FORMATS.contains(&f)) {
+                o.remove("format");
+            }
+            for (k, child) in o.iter_mut() {
+                // Values, not schemas: left as they are.
+                if !["const", "enum", "default", "examples"].contains(&k.as_str()) {
+                    drop_unknown_formats(child);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(drop_unknown_formats),
+        _ => {}
+    }
 }
 
 /// A model's vocabulary prepared for constraints (its trie and the parser factory); built once

@@ -296,8 +296,8 @@ impl Engine {
         // The GPU picks every token after the first (which comes from the prompt's logits, read
         // back anyway): by argmax, or sampled when there is anything to sample or penalize.
         // A constraint's mask is applied by the sampler too (which then also does greedy).
-        let gpu_sampled = !(opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0)
-            || opts.constraint.is_some();
+        let gpu_sampled =
+            !(opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0) || opts.constraint.is_some();
         // A default-sized context grows to hold a longer prompt and the tokens asked for (up to
         // 4096 more, rounded up to a power of two; the cached prefix is kept; the model's
         // training context is not a limit: transformers does not enforce it either). A prompt that fits keeps the context, and generation stops at its end.

@@ -180,7 +180,9 @@ impl Parser<'_> {
 
     fn name(&mut self) -> Result<String> {
         let start = self.i;
-        while self.i < self.s.len() && (self.s[self.i].is_ascii_alphanumeric() || self.s[self.i] == b'-' || self.s[self.i] == b'_') {
+        while self.i < self.s.len()
+            && (self.s[self.i].is_ascii_alphanumeric() || self.s[self.i] == b'-' || self.s[self.i] == b'_')
+        {
             self.i += 1;
         }
         if self.i == start {

@@ -42,7 +42,9 @@ fn valid(v: &Value, s: &Value) -> bool {
             let Some(a) = v.as_array() else { return false };
             a.len() as u64 <= s["maxItems"].as_u64().unwrap_or(u64::MAX) && a.iter().all(|x| valid(x, &s["items"]))
         }
-        Some("string") => v.as_str().is_some_and(|t| t.chars().count() as u64 <= s["maxLength"].as_u64().unwrap_or(u64::MAX)),
+        Some("string") => {
+            v.as_str().is_some_and(|t| t.chars().count() as u64 <= s["maxLength"].as_u64().unwrap_or(u64::MAX))
+        }
         Some("integer") => v.is_i64() || v.is_u64(),
         Some("number") => v.is_number(),
         Some("boolean") => v.is_boolean(),
@@ -58,7 +60,8 @@ fn chat_features_on_the_default_model() {
     let turn1 = json!([{ "role": "user", "content": "Name a fruit." }]);
     let a1 = complete(&mut e, json!({ "messages": turn1, "max_tokens": 6, "temperature": 0 }));
     let reply = a1["choices"][0]["message"]["content"].clone();
-    let turn2 = json!([turn1[0], { "role": "assistant", "content": reply }, { "role": "user", "content": "And a vegetable?" }]);
+    let turn2 =
+        json!([turn1[0], { "role": "assistant", "content": reply }, { "role": "user", "content": "And a vegetable?" }]);
     let cold = complete(&mut e, json!({ "messages": turn2, "max_tokens": 8, "temperature": 0, "prefix_cache": false }));
     complete(&mut e, json!({ "messages": turn1, "max_tokens": 6, "temperature": 0 }));
     let warm = complete(&mut e, json!({ "messages": turn2, "max_tokens": 8, "temperature": 0 }));
@@ -81,7 +84,8 @@ fn chat_features_on_the_default_model() {
     assert!(lp.top[0].1 <= 0.0 && lp.top.iter().map(|x| x.1.exp()).sum::<f32>() <= 1.0 + 1e-5);
 
     // Stop strings cut the text before the first match.
-    let full = block_on(e.generate(&ids, &GenerateOptions { max_tokens: 12, ..Default::default() }, &mut |_, _| true)).unwrap();
+    let full = block_on(e.generate(&ids, &GenerateOptions { max_tokens: 12, ..Default::default() }, &mut |_, _| true))
+        .unwrap();
     let word: String = full.text.split_whitespace().nth(2).unwrap().to_string();
     let opts = GenerateOptions { max_tokens: 12, stop: vec![word.clone()], ..Default::default() };
     let cut = block_on(e.generate(&ids, &opts, &mut |_, _| true)).unwrap();
@@ -107,7 +111,10 @@ fn chat_features_on_the_default_model() {
     let req = ChatRequest::from_json(&json!({ "messages": long, "max_tokens": 8 }).to_string()).unwrap();
     let mut run = ChatRun::new(&mut small, &req, 1, 0, "x".into()).unwrap();
     assert!(matches!(block_on(run.complete(&mut small)), Err(ferrolm::Error::ContextOverflow { .. })));
-    let req = ChatRequest::from_json(&json!({ "messages": long, "max_tokens": 8, "context_overflow": "drop_oldest" }).to_string()).unwrap();
+    let req = ChatRequest::from_json(
+        &json!({ "messages": long, "max_tokens": 8, "context_overflow": "drop_oldest" }).to_string(),
+    )
+    .unwrap();
     let mut run = ChatRun::new(&mut small, &req, 1, 0, "x".into()).unwrap();
     assert!(run.dropped_messages() > 0);
     let out = block_on(run.complete(&mut small)).unwrap();
@@ -126,20 +133,38 @@ fn json_schemas_always_yield_valid_json() {
         json!({ "type": "object", "properties": { "tags": { "type": "array", "items": { "type": "string", "maxLength": 8 }, "maxItems": 2 } }, "required": ["tags"], "additionalProperties": false }),
     ];
     let prompts = [
-        "Is water wet?", "Describe a cat.", "Who are you?", "Tell me about Paris.", "What is 2+2?",
-        "Give me tags for a blog post about cooking.", "Is the moon made of cheese?", "Describe your mood.",
-        "Write a haiku.", "List two colours.", "Who wrote Hamlet?", "What time is it?", "Say hello.",
-        "Describe a dog named Rex.", "Is Rust fast?", "Pick a number.", "What is JSON?", "Name a planet.",
-        "How old is the universe?", "Summarize this: the sky is blue.",
+        "Is water wet?",
+        "Describe a cat.",
+        "Who are you?",
+        "Tell me about Paris.",
+        "What is 2+2?",
+        "Give me tags for a blog post about cooking.",
+        "Is the moon made of cheese?",
+        "Describe your mood.",
+        "Write a haiku.",
+        "List two colours.",
+        "Who wrote Hamlet?",
+        "What time is it?",
+        "Say hello.",
+        "Describe a dog named Rex.",
+        "Is Rust fast?",
+        "Pick a number.",
+        "What is JSON?",
+        "Name a planet.",
+        "How old is the universe?",
+        "Summarize this: the sky is blue.",
     ];
     let mut fails = Vec::new();
     for (i, p) in prompts.iter().enumerate() {
         let s = &schemas[i % schemas.len()];
-        let r = complete(&mut e, json!({
-            "messages": [{ "role": "user", "content": p }],
-            "response_format": { "type": "json_schema", "json_schema": { "name": "out", "schema": s } },
-            "max_tokens": 48, "seed": i,
-        }));
+        let r = complete(
+            &mut e,
+            json!({
+                "messages": [{ "role": "user", "content": p }],
+                "response_format": { "type": "json_schema", "json_schema": { "name": "out", "schema": s } },
+                "max_tokens": 48, "seed": i,
+            }),
+        );
         let text = r["choices"][0]["message"]["content"].as_str().unwrap().to_string();
         match serde_json::from_str::<Value>(&text) {
             Ok(v) if valid(&v, s) => {}
@@ -169,12 +194,17 @@ fn tool_calls_on_real_templates_and_vocabularies() {
     let tools_v = vec![json!({ "type": "function", "function": {
         "name": "get_weather", "description": "Weather in a city",
         "parameters": { "type": "object", "properties": { "city": { "enum": ["Paris", "Rome"] }, "days": { "type": "integer" } }, "required": ["city"] } } })];
-    let cases = [("qwen3", "qwen3.jinja", ToolFormat::Hermes), ("llama3", "llama-3.1.jinja", ToolFormat::Llama3), ("mistral", "mistral-nemo.jinja", ToolFormat::Mistral)];
+    let cases = [
+        ("qwen3", "qwen3.jinja", ToolFormat::Hermes),
+        ("llama3", "llama-3.1.jinja", ToolFormat::Llama3),
+        ("mistral", "mistral-nemo.jinja", ToolFormat::Mistral),
+    ];
     for (family, template, format) in cases {
         let tok = match family {
             "mistral" => {
                 let Some(p) = cache_file(family, "vocab.gguf") else { continue };
-                let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&p).unwrap()).unwrap();
+                let g =
+                    ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&p).unwrap()).unwrap();
                 Tokenizer::from_gguf(&g).unwrap()
             }
             _ => {
@@ -195,7 +225,11 @@ fn tool_calls_on_real_templates_and_vocabularies() {
         let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
         let t = ChatTemplate::new(&src, &text(tok.bos_id()), &text(tok.eos_id())).unwrap();
         let rendered = t
-            .render_json(&tools::template_messages(&msgs, Some(&tools_v), style), Some(&Value::Array(tools_v.clone())), true)
+            .render_json(
+                &tools::template_messages(&msgs, Some(&tools_v), style),
+                Some(&Value::Array(tools_v.clone())),
+                true,
+            )
             .unwrap_or_else(|e| panic!("{family}: {e}"));
         for needle in ["get_weather", "Weather in a city", "temp_c", "Paris"] {
             assert!(rendered.contains(needle), "{family}: {needle} missing from\n{rendered}");
@@ -233,12 +267,24 @@ fn tool_calls_on_real_templates_and_vocabularies() {
 fn growing_the_context_keeps_the_cached_prefix() {
     let mut shape = ferrolm::synth::shape("smollm2-135m").unwrap();
     shape.context = 64; // the default context: a 74-token prompt grows it
-    let opts = ferrolm::synth::SynthOptions { shape, ty: ferrolm::synth::parse_type("q8_0").unwrap(), seed: 5, layers: Some(2), sparse: false };
+    let opts = ferrolm::synth::SynthOptions {
+        shape,
+        ty: ferrolm::synth::parse_type("q8_0").unwrap(),
+        seed: 5,
+        layers: Some(2),
+        sparse: false,
+    };
     let m = common::SynthModel::write("grow", &opts);
     let load = || block_on(Engine::load_path(&m.path, &LoadOptions::default(), &mut |_, _, _| {})).unwrap();
     let turn1: Vec<u32> = (0..40).map(|i| 3 + (i * 7) % 200).collect();
     let gen = |e: &mut Engine, p: &[u32], reuse: bool| {
-        let o = GenerateOptions { max_tokens: 4, stop_ids: Some(vec![]), top_logits: 8, prefix_cache: reuse, ..Default::default() };
+        let o = GenerateOptions {
+            max_tokens: 4,
+            stop_ids: Some(vec![]),
+            top_logits: 8,
+            prefix_cache: reuse,
+            ..Default::default()
+        };
         block_on(e.generate(p, &o, &mut |_, _| true)).unwrap()
     };
     let mut warm = load();
@@ -350,7 +396,10 @@ ws ::= | " " | "\n" [ \t]{0,20}
     assert_eq!(feed(json_gbnf, r#"{"a": [1, 2,]}"#), Err(12));
     assert_eq!(feed(list_gbnf, "apple, 42, pear."), Ok(true));
     assert!(feed(list_gbnf, "apple.").is_err(), "at least two items");
-    assert!(matches!(Constraint::new(&ConstraintSpec::grammar("root ::= missing"), &env), Err(ferrolm::Error::InvalidOption(_))));
+    assert!(matches!(
+        Constraint::new(&ConstraintSpec::grammar("root ::= missing"), &env),
+        Err(ferrolm::Error::InvalidOption(_))
+    ));
 }
 
 /// Hostile grammars and schemas from a request: huge repetition counts, deep nesting and random
@@ -377,7 +426,11 @@ fn hostile_grammars_are_refused_quickly() {
             c.mask(&mut logits)
         });
         let ms = t.elapsed().as_millis();
-        eprintln!("{:?}: {} in {ms} ms", format!("{spec:?}").chars().take(60).collect::<String>(), r.map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string()));
+        eprintln!(
+            "{:?}: {} in {ms} ms",
+            format!("{spec:?}").chars().take(60).collect::<String>(),
+            r.map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string())
+        );
         assert!(ms < 5000, "took {ms} ms");
     }
     // Random damage to a real grammar: an error or a grammar, never a panic.
@@ -401,4 +454,36 @@ fn hostile_grammars_are_refused_quickly() {
         let text = String::from_utf8_lossy(&b).to_string();
         let _ = ferrolm::gbnf::to_lark(&text);
     }
+}
+
+/// Schemas as applications write them: $defs/$ref, anyOf, nullable types, patterns, known and
+/// unknown formats (an unknown one is an annotation, dropped); unsupported keywords are refused by
+/// name.
+#[test]
+fn real_world_schemas_compile_or_name_what_is_unsupported() {
+    let Some(path) = common::model_path() else { return };
+    let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&path).unwrap()).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
+    let ok = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Order", "type": "object",
+        "$defs": { "item": { "type": "object", "properties": { "sku": { "type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$" }, "qty": { "type": "integer", "minimum": 1 } }, "required": ["sku", "qty"] } },
+        "properties": {
+            "id": { "type": "string", "format": "uuid" },
+            "site": { "type": "string", "format": "uri-reference" },
+            "big": { "type": "integer", "format": "int64" },
+            "when": { "type": "string", "format": "date-time" },
+            "note": { "type": ["string", "null"], "description": "free text", "examples": [{ "format": "kept" }] },
+            "items": { "type": "array", "items": { "$ref": "#/$defs/item" }, "minItems": 1 },
+            "status": { "anyOf": [{ "const": "open" }, { "const": "closed" }] }
+        },
+        "required": ["id", "items", "status"], "additionalProperties": false
+    });
+    let mut c = Constraint::new(&ConstraintSpec::JsonSchema(ok), &env).unwrap();
+    let mut logits = vec![0.0f32; tok.vocab_size()];
+    c.mask(&mut logits).unwrap();
+    let e = Constraint::new(&ConstraintSpec::JsonSchema(json!({ "type": "array", "uniqueItems": true })), &env)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("uniqueItems"), "{e}");
 }

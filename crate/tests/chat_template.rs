@@ -344,7 +344,9 @@ fn tool_prompts_render_like_transformers() {
                 (Ok(ours), Some(want)) if same_modulo_date(&ours, want) => checked += 1,
                 (Ok(ours), Some(want)) => failures.push(format!("{file}:\n  ours {ours:?}\n  want {want:?}")),
                 (Err(e), want) => failures.push(format!("{file}: {e} (want {want:?})")),
-                (Ok(_), None) => failures.push(format!("{file}: rendered where transformers failed: {}", case["error"])),
+                (Ok(_), None) => {
+                    failures.push(format!("{file}: rendered where transformers failed: {}", case["error"]))
+                }
             }
         }
     }

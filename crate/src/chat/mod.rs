@@ -192,9 +192,11 @@ fn plan(engine: &mut Engine, req: &ChatRequest, fallback_seed: u64) -> Result<Pl
         Some(Value::String(s)) if ["none", "auto", "required"].contains(&s.as_str()) => s.clone(),
         Some(v) => match (v.get("type").and_then(Value::as_str), v.pointer("/function/name").and_then(Value::as_str)) {
             (Some("function"), Some(name)) => format!("function:{name}"),
-            _ => return bad(format!(
+            _ => {
+                return bad(format!(
                 "tool_choice must be 'none', 'auto', 'required' or {{type: 'function', function: {{name}}}}, got {v}"
-            )),
+            ))
+            }
         },
     };
     if choice != "none" && tools.is_empty() {

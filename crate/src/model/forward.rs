@@ -791,7 +791,13 @@ pub fn build(
     p.pick = Some(true);
     if !batched {
         p.masked = true;
-        p.push("mask", Kernel::Mask, &[("V", cfg.vocab as f64)], &[(0, &bf.logits), (1, &bf.mask_bits)], Grid::Elems(cfg.vocab as u32));
+        p.push(
+            "mask",
+            Kernel::Mask,
+            &[("V", cfg.vocab as f64)],
+            &[(0, &bf.logits), (1, &bf.mask_bits)],
+            Grid::Elems(cfg.vocab as u32),
+        );
         p.masked = false;
     }
     let sl = SampleLayout::new(cfg.vocab);

@@ -392,7 +392,8 @@ impl WasmEngine {
         wasm_bindgen_futures::future_to_promise(async move {
             let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
             let State { engine, chat, .. } = &mut *guard;
-            let run = chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatNext() before chatStart()".into())))?;
+            let run =
+                chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatNext() before chatStart()".into())))?;
             match run.next_chunk(engine).await.map_err(js_err)? {
                 Some(c) => Ok(JsValue::from_str(&c.to_string())),
                 None => Ok(JsValue::NULL),
@@ -407,7 +408,8 @@ impl WasmEngine {
         wasm_bindgen_futures::future_to_promise(async move {
             let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
             let State { engine, chat, .. } = &mut *guard;
-            let run = chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatStep() before chatStart()".into())))?;
+            let run =
+                chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatStep() before chatStart()".into())))?;
             Ok(JsValue::from_bool(run.step(engine).await.map_err(js_err)?))
         })
     }
