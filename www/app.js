@@ -93,8 +93,8 @@ async function send() {
     const r = await it.result;
     if (conv === messages) $('speed').textContent += ` · prefill ${r.stats.prefill_tok_s.toFixed(1)} tok/s (${r.stats.cached_tokens} of ${r.stats.prompt_tokens} prompt tokens reused), decode ${r.stats.decode_tok_s.toFixed(2)} tok/s (${r.finishReason})`;
   } catch (e) {
-    if (e.name !== 'AbortError') say('sys', `${e.name}: ${e.message}`);
-    else say('sys', '(stopped)');
+    // A reply stopped by "New chat" says nothing in the new chat.
+    if (conv === messages) say('sys', e.name === 'AbortError' ? '(stopped)' : `${e.name}: ${e.message}`);
   } finally {
     conv.push({ role: 'assistant', content: reply });
     $('stop').disabled = true;

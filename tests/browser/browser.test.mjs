@@ -128,6 +128,9 @@ before(async () => {
     mounts: {
       '/': path.join(here, 'www'),
       '/pkg': path.join(root, 'pkg'),
+      // The demo page as `make demo` serves it (it imports ./pkg/).
+      '/demo': path.join(root, 'www'),
+      '/demo/pkg': path.join(root, 'pkg'),
       '/bad': tmp,
       '/hf': hfDir,
       '/m/resume': modelDir,
@@ -818,6 +821,38 @@ test('a panic in the wasm module fails the pending and later calls cleanly; a ne
     assert.match(v.later.message, /crash requested by the test/, k);
     assert.ok(v.before.length === 2 && JSON.stringify(v.before) === JSON.stringify(v.after), `${k}: ${JSON.stringify(v)}`);
   }
+});
+
+test('demo page: "New chat" during a reply stops it and keeps it out of the new chat; speed counts tokens', async () => {
+  const bin = path.join(root, 'target/release/ferrolm');
+  const env = { ...process.env, WGPU_BACKEND: 'vulkan', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
+  const native = JSON.parse(execFileSync(bin, ['generate', '--model', MODEL, '--chat', 'Hi', '--max-tokens', '1', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n').at(-1));
+  const p = await context.newPage();
+  p.on('pageerror', (e) => log('[demo pageerror]', e.message));
+  await p.goto(`${server.url}/demo/`);
+  await p.fill('#url', `/m/resume/${MODEL_NAME}`);
+  await p.selectOption('#cache', 'none');
+  await p.click('#load');
+  await p.waitForFunction(() => !document.getElementById('send').disabled, null, { timeout: 300000 });
+  await p.fill('#max', '200');
+  await p.fill('#prompt', 'Tell me a long story about a dragon.');
+  await p.click('#send');
+  await p.waitForFunction(() => (document.querySelector('#log .assistant')?.textContent || '').length > 0, null, { timeout: 600000 });
+  await p.click('#clear');
+  await p.waitForFunction(() => document.getElementById('stop').disabled, null, { timeout: 120000 });
+  const afterClear = await p.evaluate(() => document.getElementById('log').children.length);
+  await p.fill('#max', '3');
+  await p.fill('#prompt', 'Hi');
+  await p.click('#send');
+  await p.waitForFunction(() => /prompt tokens reused/.test(document.getElementById('speed').textContent), null, { timeout: 600000 });
+  const v = await p.evaluate(() => ({ speed: document.getElementById('speed').textContent, log: [...document.getElementById('log').children].map((d) => d.className) }));
+  await p.close();
+  log('demo:', JSON.stringify({ afterClear, ...v }));
+  assert.equal(afterClear, 0, 'nothing of the stopped reply lands in the new chat');
+  assert.deepEqual(v.log, ['user', 'assistant']);
+  assert.match(v.speed, /^3 tokens/);
+  // The new chat's prompt is just "Hi": the stopped reply was not added to it.
+  assert.match(v.speed, new RegExp(` of ${native.prompt_ids.length} prompt tokens reused`));
 });
 
 test('unknown options and bad values are refused by name, never silently dropped', async () => {
