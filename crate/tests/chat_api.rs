@@ -128,7 +128,7 @@ fn json_schemas_always_yield_valid_json() {
         json!({ "type": "object", "properties": { "answer": { "type": "boolean" } }, "required": ["answer"], "additionalProperties": false }),
         json!({ "type": "object", "properties": {
             "name": { "type": "string", "maxLength": 12 },
-            "age": { "type": "integer" },
+            "age": { "type": "integer", "minimum": 0, "maximum": 150 },
             "mood": { "enum": ["happy", "sad"] } }, "required": ["name", "age", "mood"], "additionalProperties": false }),
         json!({ "type": "object", "properties": { "tags": { "type": "array", "items": { "type": "string", "maxLength": 8 }, "maxItems": 2 } }, "required": ["tags"], "additionalProperties": false }),
     ];
@@ -193,7 +193,7 @@ fn tool_calls_on_real_templates_and_vocabularies() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/chat_templates");
     let tools_v = vec![json!({ "type": "function", "function": {
         "name": "get_weather", "description": "Weather in a city",
-        "parameters": { "type": "object", "properties": { "city": { "enum": ["Paris", "Rome"] }, "days": { "type": "integer" } }, "required": ["city"] } } })];
+        "parameters": { "type": "object", "properties": { "city": { "enum": ["Paris", "Rome"] }, "days": { "type": "integer", "minimum": 1, "maximum": 14 } }, "required": ["city"] } } })];
     let cases = [
         ("qwen3", "qwen3.jinja", ToolFormat::Hermes),
         ("llama3", "llama-3.1.jinja", ToolFormat::Llama3),
@@ -234,7 +234,9 @@ fn tool_calls_on_real_templates_and_vocabularies() {
         for needle in ["get_weather", "Weather in a city", "temp_c", "Paris"] {
             assert!(rendered.contains(needle), "{family}: {needle} missing from\n{rendered}");
         }
-        // A forced call through the real vocabulary: random logits under the mask.
+        // A forced call through the real vocabulary: random logits under the mask (the schema is
+        // bounded, so any path through it ends: an unbounded integer could take random digits
+        // for ever).
         let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
         let g = tools::forced_call_grammar(&tools_v, None, format, tok.token_id("[TOOL_CALLS]")).unwrap();
         let mut c = Constraint::new(&ConstraintSpec::Lark(g), &env).unwrap();
@@ -312,7 +314,7 @@ fn growing_the_context_keeps_the_cached_prefix() {
 fn constrained_decoding_on_the_gpu_matches_the_cpu_path() {
     let Some(mut e) = engine() else { return };
     let schema = json!({ "type": "object", "properties": {
-        "city": { "type": "string", "maxLength": 16 }, "population": { "type": "integer" } },
+        "city": { "type": "string", "maxLength": 16 }, "population": { "type": "integer", "minimum": 0, "maximum": 99999999 } },
         "required": ["city", "population"], "additionalProperties": false });
     let ids = e.chat_ids(&[ferrolm::chat_template::ChatMessage::new("user", "Give a city as JSON.")]).unwrap();
     let run = |e: &mut Engine, cpu: bool, temperature: f32| {
