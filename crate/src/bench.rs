@@ -4,7 +4,7 @@
 
 use crate::engine::{now_ms, Engine};
 use crate::error::{Error, Result};
-use crate::model::forward::TOKEN_SLOTS;
+use crate::model::forward::{Pick, TOKEN_SLOTS};
 use crate::sampler::{Rng, SamplingParams};
 
 #[derive(Clone, Debug)]
@@ -92,11 +92,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
             let slot = i % TOKEN_SLOTS;
             inflight.push_back((
                 slot,
-                rt.submit_token(
-                    feed.take(),
-                    slot,
-                    crate::model::forward::Pick { sampled: sampling.is_some(), masked: false },
-                )?,
+                rt.submit_token(feed.take(), slot, Pick { sampled: sampling.is_some(), masked: false })?,
             ));
             if inflight.len() > 2 {
                 let (s, sub) = inflight.pop_front().unwrap();
@@ -152,11 +148,8 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         prefill_ms: pre,
         decode_ms: dec,
         // The median step's (a cache past the model's short-merge depth takes one more a layer).
-        dispatches_per_token: if o.sampling.is_some() {
-            rt.sampled_dispatches_at(depth + o.gen / 2)
-        } else {
-            rt.decode_dispatches_at(depth + o.gen / 2)
-        },
+        dispatches_per_token: rt
+            .dispatches_at(depth + o.gen / 2, Pick { sampled: o.sampling.is_some(), masked: false }),
         prefill_dispatches_per_chunk: rt.prefill_dispatches(),
         submits_per_token: 1,
         readbacks_per_token: 1,

@@ -148,17 +148,11 @@ impl Constraint {
 
     /// Set the logits of tokens the constraint forbids to -infinity.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
-        let allowed = self.m.compute_mask().map_err(|e| self.error(e))?;
-        let mut any = false;
+        let bits = self.allowed_bits(logits.len())?;
         for (i, x) in logits.iter_mut().enumerate() {
-            if i < self.vocab && allowed.is_allowed(i as u32) {
-                any = true;
-            } else {
+            if bits[i / 32] >> (i % 32) & 1 == 0 {
                 *x = f32::NEG_INFINITY;
             }
-        }
-        if !any {
-            return Err(Error::InvalidOption(format!("the {} allows no token here", self.what)));
         }
         Ok(())
     }

@@ -224,18 +224,8 @@ impl Engine {
 
     /// Render chat messages with the model's template (generation prompt appended) and tokenize.
     pub fn chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-        let fallback;
-        let template = match &self.template {
-            Some(t) => t,
-            None => {
-                let tok = self.tokenizer()?;
-                let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
-                fallback = ChatTemplate::fallback(&self.rt.cfg.arch, &text(tok.bos_id()), &text(tok.eos_id()));
-                &fallback
-            }
-        };
-        let text = template.render(messages, true)?;
-        self.tokenizer()?.encode(&text)
+        let messages = serde_json::to_value(messages).map_err(|e| Error::Template(e.to_string()))?;
+        self.chat_ids_json(&messages, None)
     }
 
     /// `chat_ids` for messages in OpenAI's JSON shape, with `tools` for a template that renders

@@ -26,8 +26,12 @@ pub fn to_lark(src: &str) -> Result<String> {
             return Err(p.err("expected ::="));
         }
         p.space(true);
-        let alt = p.alternates()?;
-        rules.push((name, alt));
+        let mut alt = p.alternates()?;
+        // A rule defined twice (`a ::= x` then `a ::= y`) is one rule `a: x | y`.
+        match rules.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, first)) => first.append(&mut alt),
+            None => rules.push((name, alt)),
+        }
         if rules.len() > MAX_RULES {
             return Err(p.err("too many rules"));
         }
@@ -68,21 +72,7 @@ pub fn to_lark(src: &str) -> Result<String> {
         write_alt(alt, &names, &mut out)?;
         out.push('\n');
     }
-    Ok(merge_repeated_rules(&out))
-}
-
-/// A rule defined twice (`a ::= x` then `a ::= y`) is one rule `a: x | y` in Lark.
-fn merge_repeated_rules(lark: &str) -> String {
-    let mut order: Vec<&str> = Vec::new();
-    let mut bodies: HashMap<&str, Vec<&str>> = HashMap::new();
-    for line in lark.lines() {
-        let (name, body) = line.split_once(": ").expect("written as `name: body`");
-        if !bodies.contains_key(name) {
-            order.push(name);
-        }
-        bodies.entry(name).or_default().push(body);
-    }
-    order.iter().map(|n| format!("{n}: {}\n", bodies[n].join(" | "))).collect()
+    Ok(out)
 }
 
 type Alt = Vec<Vec<Item>>;

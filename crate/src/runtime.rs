@@ -348,19 +348,10 @@ impl Runtime {
         layers + w.lm_head().bytes + w.embed.bytes / w.embed.rows.max(1) as u64
     }
 
-    /// Dispatches of a decode step at the current position (deep caches take one more per layer).
+    /// Dispatches of a greedy decode step at the current position (deep caches take one more per
+    /// layer).
     pub fn decode_dispatches(&self) -> usize {
-        self.decode_dispatches_at(self.pos)
-    }
-
-    /// Dispatches of a greedy decode step at cache position `pos`.
-    pub fn decode_dispatches_at(&self, pos: usize) -> usize {
-        self.decode.dispatches(1, pos, Pick::GREEDY)
-    }
-
-    /// Dispatches of a decode step whose token the GPU samples, at cache position `pos`.
-    pub fn sampled_dispatches_at(&self, pos: usize) -> usize {
-        self.decode.dispatches(1, pos, Pick { sampled: true, masked: false })
+        self.dispatches_at(self.pos, Pick::GREEDY)
     }
 
     /// Dispatches of a decode step at cache position `pos` that picks its token as `pick` says.

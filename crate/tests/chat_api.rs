@@ -20,6 +20,13 @@ fn engine() -> Option<Engine> {
     Some(block_on(Engine::load_path(&path, &LoadOptions::default(), &mut |_, _, _| {})).unwrap())
 }
 
+/// The default model's tokenizer (its GGUF metadata only).
+fn model_tokenizer() -> Option<Tokenizer> {
+    let path = common::model_path()?;
+    let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&path).unwrap()).unwrap();
+    Some(Tokenizer::from_gguf(&g).unwrap())
+}
+
 fn complete(e: &mut Engine, req: Value) -> Value {
     let req = ChatRequest::from_json(&req.to_string()).unwrap();
     let mut run = ChatRun::new(e, &req, 7, 0, "test".into()).unwrap();
@@ -343,9 +350,7 @@ fn constrained_decoding_on_the_gpu_matches_the_cpu_path() {
 /// what they describe through the real SmolLM2 vocabulary, and refuse what they do not.
 #[test]
 fn gbnf_grammars_constrain_like_llama_cpp() {
-    let Some(path) = common::model_path() else { return };
-    let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&path).unwrap()).unwrap();
-    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let Some(tok) = model_tokenizer() else { return };
     let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
     let bytes = tok.token_bytes();
     let json_gbnf = r#"root   ::= object
@@ -408,9 +413,7 @@ ws ::= | " " | "\n" [ \t]{0,20}
 /// bytes are refused or compiled in bounded time, never a panic or a hang.
 #[test]
 fn hostile_grammars_are_refused_quickly() {
-    let Some(path) = common::model_path() else { return };
-    let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&path).unwrap()).unwrap();
-    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let Some(tok) = model_tokenizer() else { return };
     let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
     let deep = format!("root ::= {}\"a\"{}", "(".repeat(500), ")".repeat(500));
     let cases: Vec<ConstraintSpec> = vec![
@@ -463,9 +466,7 @@ fn hostile_grammars_are_refused_quickly() {
 /// name.
 #[test]
 fn real_world_schemas_compile_or_name_what_is_unsupported() {
-    let Some(path) = common::model_path() else { return };
-    let g = ferrolm::weights::gguf::GgufFile::read(&ferrolm::weights::FileSource::open(&path).unwrap()).unwrap();
-    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let Some(tok) = model_tokenizer() else { return };
     let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
     let ok = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Order", "type": "object",

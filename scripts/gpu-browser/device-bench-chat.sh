@@ -10,10 +10,8 @@ set -uo pipefail
 out=$(realpath -m "$1"); shapes=${2:-smollm2-135m,llama-3.2-1b,phi-3-mini}; reps=${3:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+. "$(dirname "$0")/../device-env.sh"
+device_env "$out"
 xz -dc .bench/ferrolm.xz > /tmp/ferrolm && chmod +x /tmp/ferrolm
 www=$HOME/www; mkdir -p "$www"; cp -r pkg "$www/" && cp "$here/bench.html" "$www/"
 ids=$(python3 -c 'print(",".join(str(100 + (i * 7919) % 20000) for i in range(512)))')

@@ -441,13 +441,10 @@ impl ChatRun {
         // This choice ended.
         let g = self.gen.take().expect("in progress");
         let r = g.result(engine.dispatches_of(&g));
-        let (mut content, calls) = match self.plan.tool_format {
+        let (content, calls) = match self.plan.tool_format {
             Some(_) => tools::parse(&r.text, self.plan.opts.sampling.seed.wrapping_add(self.index as u64)),
             None => (r.text.clone(), Vec::new()),
         };
-        if calls.is_empty() && self.plan.tool_format.is_some() {
-            content = r.text.clone();
-        }
         let finish = if !calls.is_empty() {
             "tool_calls"
         } else {

@@ -208,18 +208,7 @@ impl Tokenizer {
     /// One token's bytes as generated text holds them (special tokens: their text); see
     /// `token_bytes`.
     pub fn piece_bytes(&self, id: u32) -> Vec<u8> {
-        let Some(t) = self.token_text(id) else { return Vec::new() };
-        if self.is_byte_level() {
-            let unbyte = gpt2_unicode_to_byte();
-            t.chars()
-                .map(|c| unbyte.get(&c).copied())
-                .collect::<Option<Vec<u8>>>()
-                .unwrap_or_else(|| t.as_bytes().to_vec())
-        } else if let Some(b) = byte_fallback(t) {
-            vec![b]
-        } else {
-            t.replace('\u{2581}', " ").into_bytes()
-        }
+        self.token_text(id).map(|t| unspell(t, self.is_byte_level())).unwrap_or_default()
     }
 
     fn is_byte_level(&self) -> bool {
@@ -233,30 +222,15 @@ impl Tokenizer {
     /// Special tokens get the 0xFF prefix (never valid UTF-8, so no text spells them), the
     /// convention of the constraint engine (toktrie); ids the vocabulary lacks are empty.
     pub fn token_bytes(&self) -> Vec<Vec<u8>> {
-        let hf = &self.inner.hf;
         let byte_level = self.is_byte_level();
         let specials: std::collections::HashSet<u32> =
-            hf.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
-        let unbyte = gpt2_unicode_to_byte();
-        self.inner
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(id, t)| {
-                if t.is_empty() {
-                    Vec::new()
-                } else if specials.contains(&(id as u32)) {
-                    [&[0xFF][..], t.as_bytes()].concat()
-                } else if byte_level {
-                    match t.chars().map(|c| unbyte.get(&c).copied()).collect::<Option<Vec<u8>>>() {
-                        Some(b) => b,
-                        None => t.as_bytes().to_vec(), // an added (non-special) token: its text
-                    }
-                } else if let Some(b) = byte_fallback(t) {
-                    vec![b]
-                } else {
-                    t.replace('\u{2581}', " ").into_bytes()
-                }
+            self.inner.hf.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
+        let tokens = self.inner.tokens.iter().enumerate();
+        tokens
+            .map(|(id, t)| match () {
+                _ if t.is_empty() => Vec::new(),
+                _ if specials.contains(&(id as u32)) => [&[0xFF][..], t.as_bytes()].concat(),
+                _ => unspell(t, byte_level),
             })
             .collect()
     }
@@ -269,22 +243,42 @@ impl Tokenizer {
     }
 }
 
-/// GPT-2's byte-level alphabet backwards: the printable bytes stand for themselves, the others
-/// were moved to U+0100 and up, in order.
-fn gpt2_unicode_to_byte() -> std::collections::HashMap<char, u8> {
-    let mut map = std::collections::HashMap::new();
-    let mut shifted = 0u32;
-    for b in 0u32..256 {
-        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
-        let c = if printable {
-            b
-        } else {
-            shifted += 1;
-            255 + shifted
-        };
-        map.insert(char::from_u32(c).expect("below U+0200"), b as u8);
+/// A vocabulary entry's bytes: GPT-2's byte-level alphabet mapped back (an added token that is not
+/// in that alphabet is its text), else SentencePiece's byte-fallback `<0xAB>` or `▁` for a space.
+fn unspell(t: &str, byte_level: bool) -> Vec<u8> {
+    if byte_level {
+        let unbyte = gpt2_unicode_to_byte();
+        return t
+            .chars()
+            .map(|c| unbyte.get(&c).copied())
+            .collect::<Option<Vec<u8>>>()
+            .unwrap_or_else(|| t.as_bytes().to_vec());
     }
-    map
+    match byte_fallback(t) {
+        Some(b) => vec![b],
+        None => t.replace('\u{2581}', " ").into_bytes(),
+    }
+}
+
+/// GPT-2's byte-level alphabet backwards: the printable bytes stand for themselves, the others
+/// were moved to U+0100 and up, in order. Built once.
+fn gpt2_unicode_to_byte() -> &'static std::collections::HashMap<char, u8> {
+    static MAP: std::sync::OnceLock<std::collections::HashMap<char, u8>> = std::sync::OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut map = std::collections::HashMap::new();
+        let mut shifted = 0u32;
+        for b in 0u32..256 {
+            let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+            let c = if printable {
+                b
+            } else {
+                shifted += 1;
+                255 + shifted
+            };
+            map.insert(char::from_u32(c).expect("below U+0200"), b as u8);
+        }
+        map
+    })
 }
 
 /// `<0xAB>`: a SentencePiece byte-fallback token.
