@@ -7,12 +7,14 @@
 //! `tojson` that writes what Python's `json.dumps` writes (minijinja's own escapes `<`, `>`, `&` and
 //! `'` for HTML, which would change tool-calling prompts).
 //!
-//! Templates come from model files, so they are untrusted. Limits: the template source size, fuel
-//! (one unit per VM instruction, so endless or huge loops stop), minijinja's recursion limit and
-//! its caps on `range` and string repetition, widths and growth of `indent`, `format`,
-//! `replace` and `tojson` (chat_limits.rs), and the rendered output size. Each breach is an
-//! `Error::Template`. Not bounded: memory taken by strings that double themselves by concatenation
-//! (`s ~ s`) a few dozen times inside a macro or namespace; minijinja has no hook for that.
+//! Templates come from model files, so they are untrusted. Limits: the template source size;
+//! fuel, which minijinja charges per VM instruction and per byte or slot of every value made, so
+//! it bounds time and memory together (every hostile case in tests/chat_template.rs stops in under
+//! 2 s on two cores, below ~250 MB); minijinja's recursion limit; widths and growth of `indent`,
+//! `format`, `replace`, `join`, `split` and `tojson` (chat_limits.rs), which allocate before fuel
+//! is charged; and the rendered output size. The vendored minijinja (vendor/README.md) also caps
+//! sequence concatenation and the printing of containers. Each breach is an `Error::Template`.
+//! Rendering is synchronous and bounded by fuel, so an abort request is honoured when it returns.
 
 use std::io;
 
@@ -26,8 +28,10 @@ use crate::weights::gguf::GgufFile;
 pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
 /// Largest rendered prompt; far beyond any context window.
 pub const MAX_OUTPUT_BYTES: usize = 8 << 20;
-/// VM instructions one render may execute; a long real conversation needs well under 1%.
-pub const FUEL: u64 = 5_000_000;
+/// minijinja's fuel for one render: one unit per VM instruction, and one per 64 bytes of strings
+/// or 2 list slots the template creates, so it bounds both time and memory (~128 MB of values
+/// made in total). A 7 MB conversation through the real templates needs 0.5–1 M.
+pub const FUEL: u64 = 2_000_000;
 
 /// The template used for a model that ships none: ChatML (`<|im_start|>role\n...<|im_end|>\n`),
 /// the most widespread format. A model trained on another format will still follow it poorly, so
@@ -67,7 +71,9 @@ impl std::fmt::Debug for ChatTemplate {
 
 fn template_err(e: minijinja::Error) -> Error {
     let msg = match e.kind() {
-        ErrorKind::OutOfFuel => format!("the template ran past its step limit ({FUEL} steps); is it looping? ({e})"),
+        ErrorKind::OutOfFuel => {
+            format!("the template ran past its step and memory limit ({FUEL} fuel); is it looping or growing a value? ({e})")
+        }
         _ => {
             // Include the cause chain and location: minijinja puts details there.
             let mut s = e.to_string();
@@ -104,6 +110,7 @@ impl ChatTemplate {
         env.add_filter("indent", crate::chat_limits::indent);
         env.add_filter("format", crate::chat_limits::format);
         env.add_filter("replace", crate::chat_limits::replace);
+        env.add_filter("join", crate::chat_limits::join);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
         });
@@ -177,7 +184,12 @@ impl ChatTemplate {
             eos_token => self.eos_token.as_str(),
         };
         let mut out = LimitedWriter { buf: Vec::new(), overflow: false };
-        match tmpl.render_captured_to(ctx, &mut out) {
+        minijinja::value::take_render_overflow();
+        let rendered = tmpl.render_captured_to(ctx, &mut out);
+        if minijinja::value::take_render_overflow() {
+            return Err(Error::Template("the template printed a value larger than its memory limit".into()));
+        }
+        match rendered {
             Ok(_) => {}
             Err(_) if out.overflow => {
                 return Err(Error::Template(format!("the rendered prompt exceeds {MAX_OUTPUT_BYTES} bytes")));
@@ -260,7 +272,13 @@ fn write_json(v: &Value, o: &JsonOpts, depth: usize, out: &mut String) -> std::r
             _ => out.push_str(&v.to_string()),
         },
         ValueKind::Map => {
-            let mut keys: Vec<Value> = v.try_iter()?.collect();
+            let mut keys = Vec::new();
+            for k in v.try_iter()? {
+                if keys.len() > MAX_OUTPUT_BYTES / 4 {
+                    return Err(minijinja::Error::new(ErrorKind::InvalidOperation, "tojson: value too large"));
+                }
+                keys.push(k);
+            }
             if o.sort_keys {
                 keys.sort();
             }
@@ -282,18 +300,17 @@ fn write_json(v: &Value, o: &JsonOpts, depth: usize, out: &mut String) -> std::r
             out.push('}');
         }
         ValueKind::Seq | ValueKind::Iterable => {
-            let items: Vec<Value> = v.try_iter()?.collect();
-            if items.is_empty() {
+            // Streamed, not collected: a lazy `l + l` chain reports a length of billions.
+            let mut empty = true;
+            for item in v.try_iter()? {
+                out.push_str(if empty { "[" } else { sep });
+                empty = false;
+                newline(out, depth + 1);
+                write_json(&item, o, depth + 1, out)?;
+            }
+            if empty {
                 out.push_str("[]");
                 return Ok(());
-            }
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(sep);
-                }
-                newline(out, depth + 1);
-                write_json(item, o, depth + 1, out)?;
             }
             newline(out, depth);
             out.push(']');
