@@ -46,6 +46,14 @@ globalThis.__ferrolmPanic = (message) => {
   for (const cb of crashListeners) cb(err);
 };
 
+// Called by the module's device-lost callback (crate/src/gpu/mod.rs) with the device's id; an
+// engine that was unloaded (its device dropped) is no longer in `live` and is not told.
+globalThis.__ferrolmDeviceLost = (id, message) => {
+  for (const e of live) {
+    if (e.info.deviceId === id) e.deviceLost(namedError('DeviceLostError', `the GPU device was lost (${message}); create a new engine to continue`));
+  }
+};
+
 function toError(e) {
   if (e instanceof Error) return retype(e);
   if (typeof e === 'string') return new Error(e);
@@ -224,8 +232,9 @@ export class LocalEngine {
     this.genLock = new Lock();
     this.info = JSON.parse(wasm.info());
     this.info.load = { ...source.stats(), ms: 0 };
-    this.dead = null; // the EngineCrashedError, once the module crashed
+    this.dead = null; // the EngineCrashedError or DeviceLostError every call fails with
     this.inflight = null; // reject function of the call in progress
+    this.onLost = null; // told of a lost device (index.js turns it into the 'devicelost' event)
     this.mod = mod;
     live.add(this);
   }
@@ -236,6 +245,21 @@ export class LocalEngine {
     this.dead = err;
     this.wasm = null;
     this.inflight?.(err);
+  }
+
+  // The GPU device is gone (driver reset, GPU removed, the browser reclaimed it): fail the call in
+  // progress (its readback may never settle) and every later one; the module itself is fine.
+  deviceLost(err) {
+    if (this.dead) return;
+    this.dead = err;
+    this.inflight?.(err);
+    live.delete(this);
+    this.onLost?.(err);
+  }
+
+  /** Destroy the GPU device on purpose (the device-loss tests). */
+  loseDeviceForTesting() {
+    return this.call((w) => w.loseDeviceForTesting());
   }
 
   // Serialize every call into the wasm engine (it rejects overlapping calls).
@@ -354,7 +378,11 @@ export class LocalEngine {
 
   async unload() {
     await this.chain;
-    if (!this.dead) this.wasm?.free();
+    // A crashed module must not be touched; after a device loss the engine's memory is freed
+    // (unless a call still holds it, which the module reports by throwing).
+    if (!this.dead || this.dead.name === 'DeviceLostError') {
+      try { this.wasm?.free(); } catch {}
+    }
     this.wasm = null;
     live.delete(this);
   }

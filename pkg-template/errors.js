@@ -17,7 +17,7 @@ const NAMES = [
   // Downloads and the cache (DownloadError has `status` for an HTTP error).
   'DownloadError', 'NetworkError', 'IntegrityError', 'CacheError', 'IoError',
   // The GPU.
-  'NoAdapterError', 'GpuError', 'GpuLimitsError',
+  'NoAdapterError', 'GpuError', 'GpuLimitsError', 'DeviceLostError',
   // The engine's life.
   'EngineCrashedError', 'EngineUnloadedError', 'WorkerError',
 ];
@@ -31,7 +31,7 @@ for (const n of NAMES) {
 export const {
   InvalidOptionError, ContextOverflowError, ModelFormatError, UnsupportedModelError, TokenizerError,
   TemplateError, DownloadError, NetworkError, IntegrityError, CacheError, IoError, NoAdapterError,
-  GpuError, GpuLimitsError, EngineCrashedError, EngineUnloadedError, WorkerError,
+  GpuError, GpuLimitsError, DeviceLostError, EngineCrashedError, EngineUnloadedError, WorkerError,
 } = classes;
 
 /** An error of the class named `name` (a plain Error keeps that name for unknown ones, such as

@@ -31,6 +31,8 @@ export interface CreateEngineOptions {
    *  are already quantized: InvalidOptionError. */
   quantize?: 'none' | 'q8_0' | 'q4_0';
   onProgress?: (p: Progress) => void;
+  /** Called once if the GPU device is lost later (the engine's 'devicelost' event). */
+  onDeviceLost?: (error: DeviceLostError) => void;
   /** KV-cache length (default: the model's, capped by the engine). */
   contextLength?: number;
   /** Largest prefill batch. */
@@ -262,6 +264,8 @@ export interface EngineInfo {
   dispatchesPerToken: number;
   eosIds: number[];
   hasChatTemplate: boolean;
+  /** The engine's GPU device among those this page or worker opened. */
+  deviceId: number;
   /** From navigator.gpu.requestAdapter() (vendor/architecture/description, features, limits). */
   adapterInfo: { vendor: string; architecture: string; device: string; description: string; features: string[]; limits: Record<string, number> } | null;
   load: {
@@ -275,8 +279,15 @@ export interface EngineInfo {
   };
 }
 
-export interface Engine {
+/**
+ * A loaded model. 'devicelost' fires (a CustomEvent, `detail.error` a DeviceLostError) when the
+ * GPU device is lost (driver reset, GPU removed, the browser reclaimed it); every later call then
+ * fails with that error, and a new engine must be created.
+ */
+export interface Engine extends EventTarget {
   readonly info: EngineInfo;
+  /** Resolves with the DeviceLostError if the device is lost (like GPUDevice.lost). */
+  readonly lost: Promise<DeviceLostError>;
   tokenize(text: string): Promise<number[]>;
   decode(ids: number[]): Promise<string>;
   generate(input: GenerateInput, options?: GenerateOptions): GenerateStream;
@@ -330,6 +341,8 @@ export class IoError extends FerrolmError {}
 export class NoAdapterError extends FerrolmError {}
 export class GpuError extends FerrolmError {}
 export class GpuLimitsError extends FerrolmError {}
+/** The GPU device was lost; the engine is unusable (create a new one). */
+export class DeviceLostError extends FerrolmError {}
 export class EngineCrashedError extends FerrolmError {}
 export class EngineUnloadedError extends FerrolmError {}
 export class WorkerError extends FerrolmError {}

@@ -73,11 +73,23 @@ function stream(run, userSignal) {
 let seq = 0;
 const newId = (p) => `${p}-${Date.now().toString(36)}${(seq++).toString(36)}`;
 
-class Engine {
+/**
+ * A loaded model. An EventTarget: 'devicelost' fires (a CustomEvent whose `detail.error` is the
+ * DeviceLostError) when the GPU device is lost; every later call then fails with that error and
+ * a new engine must be created. `lost` is a promise of the same error, like GPUDevice.lost.
+ */
+class Engine extends EventTarget {
   constructor(backend, info) {
+    super();
     this._b = backend;
     /** Adapter, model config, context length, memory use, load statistics. */
     this.info = info;
+    this.lost = new Promise((resolve) => {
+      backend.onLost = (error) => {
+        resolve(error);
+        this.dispatchEvent(new CustomEvent('devicelost', { detail: { error } }));
+      };
+    });
     const self = this;
     this.chat = {
       completions: {
@@ -148,6 +160,9 @@ class Engine {
 
   /** Make the wasm module panic (tests of crash recovery; not part of the API). */
   _crashForTesting() { return this._b.crashForTesting(); }
+
+  /** Destroy the GPU device (tests of device loss; not part of the API). */
+  _loseDeviceForTesting() { return this._b.loseDeviceForTesting(); }
 }
 
 class WorkerBackend {
@@ -159,6 +174,12 @@ class WorkerBackend {
       const m = ev.data;
       if (m.type === 'crashed') {
         this.die(rebuildError(m.error));
+        return;
+      }
+      if (m.type === 'devicelost') {
+        const e = rebuildError(m.error);
+        this.die(e);
+        this.onLost?.(e);
         return;
       }
       const p = this.pending.get(m.id);
@@ -196,6 +217,7 @@ class WorkerBackend {
     });
   }
   crashForTesting() { return this.req({ op: 'crashForTesting' }); }
+  loseDeviceForTesting() { return this.req({ op: 'loseDeviceForTesting' }); }
   load(options, onProgress) {
     return this.req({ op: 'load', options }, { onProgress });
   }
@@ -231,13 +253,22 @@ class WorkerBackend {
 }
 
 class LocalBackend {
-  constructor(e) { this.e = e; }
+  constructor(e) {
+    this.e = e;
+    e.onLost = (err) => this.onLost?.(err);
+  }
   tokenize(t) { return this.e.tokenize(t); }
   decode(ids) { return this.e.decode(ids); }
   run(input, options, emit, signal) { return this.e.run(input, options, emit, signal); }
   chat(req, id, emit, signal) { return this.e.chat(req, id, emit, signal); }
   unload() { return this.e.unload(); }
   crashForTesting() { return this.e.crashForTesting(); }
+  loseDeviceForTesting() { return this.e.loseDeviceForTesting(); }
+}
+
+function withLostHandler(engine, onDeviceLost) {
+  if (typeof onDeviceLost === 'function') engine.addEventListener('devicelost', (ev) => onDeviceLost(ev.detail.error));
+  return engine;
 }
 
 /**
@@ -246,7 +277,7 @@ class LocalBackend {
  * @returns {Promise<Engine>}
  */
 export async function createEngine(options = {}) {
-  const { onProgress, worker = true, signal, ...rest } = options;
+  const { onProgress, onDeviceLost, worker = true, signal, ...rest } = options;
   if (!globalThis.navigator?.gpu) {
     throw typedError('NoAdapterError', 'WebGPU is not available in this browser (navigator.gpu is missing); use a recent Chrome/Edge, Safari 26+ or Firefox 141+ on a secure (https or localhost) page');
   }
@@ -257,7 +288,7 @@ export async function createEngine(options = {}) {
   if (rest.wasm instanceof URL) opts.wasm = rest.wasm.href;
   if (!worker) {
     const e = await LocalEngine.load({ ...opts, signal }, onProgress);
-    return new Engine(new LocalBackend(e), e.getInfo());
+    return withLostHandler(new Engine(new LocalBackend(e), e.getInfo()), onDeviceLost);
   }
   const w = typeof worker === 'object' && worker instanceof Worker
     ? worker
@@ -267,7 +298,7 @@ export async function createEngine(options = {}) {
   signal?.addEventListener('abort', onAbort, { once: true });
   try {
     const info = await b.load(opts, onProgress);
-    return new Engine(b, info);
+    return withLostHandler(new Engine(b, info), onDeviceLost);
   } catch (e) {
     w.terminate();
     throw signal?.aborted ? abortReason(signal) : e;

@@ -22,10 +22,13 @@ const ops = {
   async load(m) {
     if (engine) throw Object.assign(new Error('this worker already holds an engine'), { name: 'InvalidOptionError' });
     engine = await LocalEngine.load(m.options, (progress) => postMessage({ id: m.id, type: 'progress', progress }));
+    // A lost device ends this worker's usefulness: the page fails every call and ends it.
+    engine.onLost = (e) => postMessage({ type: 'devicelost', error: errorData(e) });
     return engine.getInfo();
   },
   tokenize: (m) => engine.tokenize(m.text),
   crashForTesting: () => engine.crashForTesting(),
+  loseDeviceForTesting: () => engine.loseDeviceForTesting(),
   decode: (m) => engine.decode(m.ids),
   async generate(m) {
     const ac = new AbortController();

@@ -211,6 +211,7 @@ impl Engine {
         serde_json::json!({
             "source": self.source_name,
             "adapter": self.rt.gpu.summary,
+            "deviceId": self.rt.gpu.id,
             "config": self.rt.cfg,
             "contextLength": self.rt.context,
             "maxBatch": self.rt.max_batch,

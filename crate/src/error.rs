@@ -31,6 +31,8 @@ pub enum Error {
     NoAdapter(String),
     #[error("GPU: {0}")]
     Gpu(String),
+    #[error("the GPU device was lost ({0}); create a new engine to continue")]
+    DeviceLost(String),
     #[error("the GPU adapter's limits are too small: {0}")]
     Limits(String),
     #[error("invalid option: {0}")]
@@ -58,6 +60,7 @@ impl Error {
             Error::Unsupported(_) => "UnsupportedModelError",
             Error::NoAdapter(_) => "NoAdapterError",
             Error::Gpu(_) => "GpuError",
+            Error::DeviceLost(_) => "DeviceLostError",
             Error::Limits(_) => "GpuLimitsError",
             Error::InvalidOption(_) => "InvalidOptionError",
             Error::ContextOverflow { .. } => "ContextOverflowError",

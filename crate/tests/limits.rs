@@ -84,3 +84,26 @@ fn contexts_past_the_attention_merge_are_refused_before_loading() {
     let out_tokens = block_on(engine.generate(&[1, 2, 3], &opts, &mut |_, _| true)).unwrap().tokens;
     assert_eq!(out_tokens.len(), 2);
 }
+
+/// A lost device (here destroyed on purpose, as a driver reset or the browser would) fails the
+/// generation in progress and every later call with `Error::DeviceLost`, never a hang or panic.
+#[test]
+fn a_lost_device_fails_every_later_call() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/arch/llama/model.gguf");
+    let mut engine = block_on(Engine::load_path(&path, &LoadOptions::default(), &mut |_, _, _| {})).unwrap();
+    let opts = ferrolm::generation::GenerateOptions { max_tokens: 4, ..Default::default() };
+    let ok = block_on(engine.generate(&[1, 2, 3], &opts, &mut |_, _| true)).unwrap();
+    assert!(!ok.tokens.is_empty());
+
+    let mut g = block_on(engine.start(&[1, 2, 3], &opts)).unwrap();
+    engine.rt.gpu.device.destroy();
+    let mid = (0..8).map(|_| block_on(engine.step(&mut g))).find(|r| r.is_err());
+    assert!(matches!(mid, Some(Err(Error::DeviceLost(_)))), "{mid:?}");
+    for _ in 0..2 {
+        let r = block_on(engine.generate(&[1, 2, 3], &opts, &mut |_, _| true));
+        match r {
+            Err(e @ Error::DeviceLost(_)) => assert_eq!(e.kind(), "DeviceLostError"),
+            other => panic!("expected DeviceLost, got {other:?}"),
+        }
+    }
+}

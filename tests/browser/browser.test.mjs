@@ -823,6 +823,42 @@ test('a panic in the wasm module fails the pending and later calls cleanly; a ne
   }
 });
 
+test('a lost GPU device fails later calls with DeviceLostError and fires devicelost; a new engine works (worker and page)', async () => {
+  const r = await inPage(page, async () => {
+    const out = {};
+    const greedy = async (e) => { const t = []; for await (const c of e.generate({ tokens: [1, 2, 3] }, { maxTokens: 2 })) t.push(c.token); return t; };
+    for (const worker of [true, false]) {
+      let called = null;
+      const e = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none', onDeviceLost: (err) => { called = err.name; } });
+      const before = await greedy(e);
+      const event = new Promise((ok) => e.addEventListener('devicelost', (ev) => ok(ev.detail.error instanceof ferrolm.DeviceLostError ? ev.detail.error.name : 'wrong class')));
+      await e._loseDeviceForTesting();
+      const timeout = (ms) => new Promise((ok) => setTimeout(() => ok('timeout'), ms));
+      const fired = await Promise.race([event, timeout(20000)]);
+      const lost = await Promise.race([e.lost.then((x) => x.name), timeout(1000)]);
+      const later = await Promise.race([greedy(e).then(() => 'resolved', (x) => ({ name: x.name, message: x.message, cls: x instanceof ferrolm.DeviceLostError })), timeout(20000)]);
+      await e.unload();
+      const fresh = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
+      const after = await greedy(fresh);
+      await fresh.unload();
+      out[worker ? 'worker' : 'page'] = { fired, lost, called, later, before, after };
+    }
+    return out;
+  });
+  assert.ok(r.ok, r.message);
+  log('device loss:', JSON.stringify(r.value));
+  for (const k of ['worker', 'page']) {
+    const v = r.value[k];
+    assert.equal(v.fired, 'DeviceLostError', k);
+    assert.equal(v.lost, 'DeviceLostError', k);
+    assert.equal(v.called, 'DeviceLostError', k);
+    assert.equal(v.later.name, 'DeviceLostError', k);
+    assert.ok(v.later.cls, k);
+    assert.match(v.later.message, /device was lost/, k);
+    assert.ok(v.before.length === 2 && JSON.stringify(v.before) === JSON.stringify(v.after), `${k}: ${JSON.stringify(v)}`);
+  }
+});
+
 test('demo page: "New chat" during a reply stops it and keeps it out of the new chat; speed counts tokens', async () => {
   const bin = path.join(root, 'target/release/ferrolm');
   const env = { ...process.env, WGPU_BACKEND: 'vulkan', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };

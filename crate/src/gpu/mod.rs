@@ -34,9 +34,33 @@ pub struct Gpu {
     pub summary: AdapterSummary,
     pub limits: wgpu::Limits,
     pub pipelines: Pipelines,
-    /// First uncaptured device error (validation, out of memory) or device loss, if any.
+    /// First uncaptured device error (validation, out of memory), if any.
     error: Arc<Mutex<Option<String>>>,
+    /// Why the device was lost (driver reset, GPU removed, the browser reclaimed it), once it is:
+    /// every later call fails with `Error::DeviceLost`.
+    lost: Arc<Mutex<Option<String>>>,
+    /// This device among the process's (the package matches loss reports to engines by it).
+    pub id: u32,
 }
+
+/// Device ids: unique per process.
+static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+/// In the browser, a lost device is also reported to the package at once, through
+/// `globalThis.__ferrolmDeviceLost(id, message)` (pkg-template/core.js), so it can fail the call
+/// in progress and tell the page; the callback may only capture `Send` values, hence the global.
+#[cfg(target_arch = "wasm32")]
+fn report_lost(id: u32, message: &str) {
+    use wasm_bindgen::{JsCast, JsValue};
+    if let Ok(f) = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("__ferrolmDeviceLost")) {
+        if let Some(f) = f.dyn_ref::<js_sys::Function>() {
+            let _ = f.call2(&JsValue::NULL, &JsValue::from(id), &JsValue::from_str(message));
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn report_lost(_id: u32, _message: &str) {}
 
 /// The least we need; checked up front so a weak adapter fails with a clear message.
 const MIN_WORKGROUP_STORAGE: u32 = 16 * 1024;
@@ -138,12 +162,13 @@ impl Gpu {
                 *s = Some(e.to_string());
             }
         }));
-        let slot = error.clone();
+        let lost = Arc::new(Mutex::new(None::<String>));
+        let slot = lost.clone();
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         device.set_device_lost_callback(move |reason, msg| {
-            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
-            if s.is_none() {
-                *s = Some(format!("device lost ({reason:?}): {msg}"));
-            }
+            let why = if msg.is_empty() { format!("{reason:?}") } else { format!("{reason:?}: {msg}") };
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+            report_lost(id, &why);
         });
 
         let summary = AdapterSummary {
@@ -162,7 +187,7 @@ impl Gpu {
             timestamps_in_passes: wanted.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         };
         let pipelines = Pipelines::new(sg32, idot, fused_attention);
-        Ok(Gpu { device, queue, summary, limits, pipelines, error })
+        Ok(Gpu { device, queue, summary, limits, pipelines, error, lost, id })
     }
 
     async fn request(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
@@ -181,8 +206,11 @@ impl Gpu {
             })
     }
 
-    /// Fail with the first device error recorded since the device was made.
+    /// Fail with the device's loss, or else the first device error recorded since it was made.
     pub fn check(&self) -> Result<()> {
+        if let Some(why) = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(Error::DeviceLost(why));
+        }
         match self.error.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             Some(e) => Err(Error::Gpu(e)),
             None => Ok(()),
@@ -255,9 +283,12 @@ impl Gpu {
         let (tx, rx) = oneshot::channel();
         buf.map_async(wgpu::MapMode::Read, ..size, move |r| tx.send(r));
         #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::Wait { submission_index: after, timeout: None })
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        if let Err(e) = self.device.poll(wgpu::PollType::Wait { submission_index: after, timeout: None }) {
+            // A destroyed or lost device reports its loss in the next maintenance pass.
+            let _ = self.device.poll(wgpu::PollType::Poll);
+            self.check()?;
+            return Err(Error::Gpu(format!("waiting for the GPU: {e}")));
+        }
         #[cfg(target_arch = "wasm32")]
         let _ = after;
         let res = rx.await;

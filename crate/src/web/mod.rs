@@ -301,6 +301,15 @@ impl WasmEngine {
         Ok(s.engine.info().to_string())
     }
 
+    /// Destroys the GPU device on purpose: the package's tests check with it that a lost device
+    /// fails every call with a DeviceLostError and fires its event. Not part of the API.
+    #[wasm_bindgen(js_name = loseDeviceForTesting)]
+    pub fn lose_device_for_testing(&self) -> Result<(), JsValue> {
+        let s = self.inner.try_borrow().map_err(|_| busy())?;
+        s.engine.rt.gpu.device.destroy();
+        Ok(())
+    }
+
     /// Token ids of `text` (special-token text matched, nothing added).
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, JsValue> {
         let s = self.inner.try_borrow().map_err(|_| busy())?;
