@@ -2,8 +2,10 @@
 // (`worker: false`) or inside worker.js; index.js wraps it in the public API.
 
 import * as firstModule from './ferrolm.js';
-import { HF_TEXT_FILES, ModelFolder, ModelSource, cachedKind, namedError } from './store.js';
-import { retype } from './errors.js';
+import { cachedKind } from './cache.js';
+import { namedError, retype } from './errors.js';
+import { HF_TEXT_FILES, ModelFolder } from './folder.js';
+import { ModelSource } from './source.js';
 
 // The wasm module. A panic inside it ends in a trap that leaves that instance unusable, so after
 // a crash the next load instantiates a fresh copy of the module.
@@ -191,14 +193,16 @@ export class LocalEngine {
         // A failed read reaches us wrapped as an IoError: surface the download error itself.
         if (source.lastError && (e?.name === 'IoError' || !e?.name)) throw source.lastError;
         throw toError(e);
+      } finally {
+        source.release();
       }
     } else {
       const folder = what.folder;
       source = folder;
-      if (o.sha256 != null && (typeof o.sha256 !== 'object' || Array.isArray(o.sha256))) {
-        throw namedError('InvalidOptionError', "createEngine: sha256 of a model folder must map file names to hex digests, e.g. { 'model.safetensors': '...' }");
-      }
       try {
+        if (o.sha256 != null && (typeof o.sha256 !== 'object' || Array.isArray(o.sha256))) {
+          throw namedError('InvalidOptionError', "createEngine: sha256 of a model folder must map file names to hex digests, e.g. { 'model.safetensors': '...' }");
+        }
         const texts = { config: what.config, name: folder.name };
         // The text files are read in parallel: room for each one's chunks (they are small, except
         // a large tokenizer.json), then back to three chunks for the weights.
@@ -217,6 +221,8 @@ export class LocalEngine {
         wasm?.free();
         if (folder.lastError && (e?.name === 'IoError' || !e?.name)) throw folder.lastError;
         throw toError(e);
+      } finally {
+        folder.release();
       }
     }
     const eng = new LocalEngine(wasm, source);

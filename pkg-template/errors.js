@@ -44,6 +44,11 @@ export function typedError(name, message, fields, cause) {
   return e;
 }
 
+/** typedError without extra fields: `namedError('DownloadError', message, cause)`. */
+export function namedError(name, message, cause) {
+  return typedError(name, message, undefined, cause);
+}
+
 /** `e` as the class its name says (errors from the wasm module come as plain Errors). */
 export function retype(e) {
   if (!(e instanceof Error) || e instanceof FerrolmError || !classes[e.name]) return e;

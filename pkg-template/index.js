@@ -6,7 +6,7 @@
 
 import { LocalEngine, abortReason, initWasm } from './core.js';
 import { typedError } from './errors.js';
-export { listCachedModels, deleteCachedModel } from './store.js';
+export { listCachedModels, deleteCachedModel } from './cache.js';
 export * from './errors.js';
 
 // An error from the worker, as the class of its name (so `instanceof` works across the worker).

@@ -138,6 +138,10 @@ before(async () => {
       '/m/sha': modelDir,
       '/m/quota': modelDir,
       '/m/flaky': modelDir,
+      '/m/integrity': path.join(ARCH, 'llama'),
+      '/m/norange': path.join(ARCH, 'llama'),
+      '/m/norange-cached': path.join(ARCH, 'llama'),
+      '/m/twotabs': path.join(ARCH, 'llama'),
       ...(fs.existsSync(GEMMA3) ? { '/m/gemma3': path.dirname(GEMMA3) } : {}),
     },
   });
@@ -790,6 +794,101 @@ test('HF folder: local Files (directory picker) and clear errors', async () => {
   assert.equal(v.shaString.name, 'InvalidOptionError');
   assert.equal(v.tooLarge.name, 'GpuLimitsError');
   assert.match(v.tooLarge.message, /gate_up .* needs 96 KiB .* allows 64 KiB \(maxStorageBufferBindingSize\)/);
+});
+
+test('store: a damaged cached chunk is fetched again; a server without Range loads in one pass; two tabs share one download; a file that changes while loading fails its sha256', async () => {
+  const file = path.join(ARCH, 'llama/model.gguf');
+  const bytes = fs.readFileSync(file);
+  const size = bytes.length;
+  const sha = crypto.createHash('sha256').update(bytes).digest('hex');
+  const CH = 16384; // small chunks: many of them, and most tensor reads are "small reads"
+  const served = (p) => server.log.filter((r) => r.path === p).reduce((n, r) => n + r.bytes, 0);
+  const greedy = async (pg, model, extra = {}) => inPage(pg, async ([model, CH, extra]) => {
+    const e = await ferrolm.createEngine({ model, worker: true, chunkSize: CH, ...extra });
+    const t = [];
+    for await (const c of e.generate({ tokens: [1, 2, 3] }, { maxTokens: 3 })) t.push(c.token);
+    const load = e.info.load;
+    await e.unload();
+    return { t, load };
+  }, [model, CH, extra]);
+
+  // A same-length change to a cached chunk on disk is caught by its digest and fetched again.
+  const url = `${server.url}/m/integrity/model.gguf`;
+  const first = await greedy(page, url, { cache: 'opfs' });
+  assert.ok(first.ok, first.message);
+  const damaged = await inPage(page, async ([url]) => {
+    const d = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(url));
+    const key = Array.from(new Uint8Array(d).slice(0, 16), (b) => b.toString(16).padStart(2, '0')).join('');
+    const dir = await (await (await navigator.storage.getDirectory()).getDirectoryHandle('ferrolm-models')).getDirectoryHandle(key);
+    const fh = await dir.getFileHandle('chunk-3.bin');
+    const old = new Uint8Array(await (await fh.getFile()).arrayBuffer());
+    const w = await fh.createWritable();
+    await w.write(old.map((b) => b ^ 0x5a));
+    await w.close();
+    return old.length;
+  }, [url]);
+  assert.ok(damaged.ok, damaged.message);
+  const before = server.log.length;
+  const again = await greedy(page, url, { cache: 'opfs' });
+  assert.ok(again.ok, again.message);
+  const refetched = server.log.slice(before).filter((r) => r.path === '/m/integrity/model.gguf');
+  log('damaged chunk:', JSON.stringify({ first: first.value.t, again: again.value.t, refetched: refetched.map((r) => r.range) }));
+  assert.deepEqual(again.value.t, first.value.t);
+  assert.deepEqual(refetched.map((r) => r.range), [`bytes=${3 * CH}-${4 * CH - 1}`]);
+
+  // A server that ignores Range: one request, every byte once (no cache, and with one plus sha256).
+  server.faults.set('/m/norange/model.gguf', { noRange: true });
+  const nr = await greedy(page, `${server.url}/m/norange/model.gguf`, { cache: 'none' });
+  assert.ok(nr.ok, nr.message);
+  server.faults.set('/m/norange-cached/model.gguf', { noRange: true });
+  const nrc = await greedy(page, `${server.url}/m/norange-cached/model.gguf`, { cache: 'opfs', sha256: sha });
+  assert.ok(nrc.ok, nrc.message);
+  log('no Range:', JSON.stringify({ none: nr.value.load, opfs: nrc.value.load }));
+  assert.deepEqual(nr.value.t, first.value.t);
+  assert.deepEqual(nrc.value.t, first.value.t);
+  assert.equal(nr.value.load.downloadedBytes, size);
+  assert.equal(nr.value.load.networkRequests, 1);
+  assert.equal(nrc.value.load.networkRequests, 1);
+  assert.equal(nrc.value.load.sha256Verified, true);
+  assert.ok(served('/m/norange-cached/model.gguf') <= size * 1.01, `served ${served('/m/norange-cached/model.gguf')} of ${size}`);
+
+  // Two tabs load the same model at once: one downloads, the other reads its cache.
+  const tab2 = await openPage();
+  try {
+    const twoUrl = `${server.url}/m/twotabs/model.gguf`;
+    const [a, b] = await Promise.all([greedy(page, twoUrl, { cache: 'opfs' }), greedy(tab2, twoUrl, { cache: 'opfs' })]);
+    assert.ok(a.ok && b.ok, `${a.message} ${b.message}`);
+    log('two tabs:', JSON.stringify({ a: a.value.load.downloadedBytes, b: b.value.load.downloadedBytes, served: served('/m/twotabs/model.gguf'), size }));
+    assert.deepEqual(a.value.t, first.value.t);
+    assert.deepEqual(b.value.t, first.value.t);
+    assert.ok(served('/m/twotabs/model.gguf') <= size * 1.01, `served ${served('/m/twotabs/model.gguf')} bytes of a ${size}-byte file`);
+  } finally {
+    await tab2.close();
+  }
+
+  // The file changes on the server (same size, no ETag) after a few requests: the sha256 of the
+  // new file must not pass when the engine used bytes of the old one.
+  const changed = Buffer.from(bytes);
+  for (let i = CH; i < size; i++) changed[i] ^= 0xff; // chunk 0 (hashed as it is used) stays
+  const changedSha = crypto.createHash('sha256').update(changed).digest('hex');
+  let n = 0;
+  server.routes.set('/m/changing/model.gguf', (req, res) => {
+    const body = n++ < 3 ? bytes : changed;
+    const m = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range || '');
+    if (!m) {
+      res.writeHead(200, { 'Content-Length': String(size), 'Content-Type': 'application/octet-stream' });
+      return res.end(body);
+    }
+    const start = Number(m[1]);
+    const end = Math.min(Number(m[2]), size - 1);
+    res.writeHead(206, { 'Content-Range': `bytes ${start}-${end}/${size}`, 'Content-Length': String(end - start + 1), 'Content-Type': 'application/octet-stream' });
+    res.end(body.subarray(start, end + 1));
+  });
+  const ch = await greedy(page, `${server.url}/m/changing/model.gguf`, { cache: 'none', sha256: changedSha });
+  log('changing file:', JSON.stringify(ch), JSON.stringify(server.log.filter((r) => r.path === '/m/changing/model.gguf').map((r) => r.range)));
+  assert.equal(ch.ok, false);
+  assert.equal(ch.name, 'IntegrityError');
+  assert.match(ch.message, /sha256 mismatch|changed while the model was loading/);
 });
 
 test('a panic in the wasm module fails the pending and later calls cleanly; a new engine works (worker and page)', async () => {

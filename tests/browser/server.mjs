@@ -84,14 +84,15 @@ export async function startServer({ port = 0, host = '127.0.0.1', mounts, quiet 
     const etag = `"${size.toString(16)}-${Math.floor(st.mtimeMs).toString(16)}"`;
     const headers = {
       'Content-Type': TYPES[path.extname(file).toLowerCase()] || 'application/octet-stream',
-      'Accept-Ranges': 'bytes',
+      'Accept-Ranges': faults.get(p)?.noRange ? 'none' : 'bytes',
       ETag: etag,
       'Last-Modified': st.mtime.toUTCString(),
     };
     let start = 0;
     let end = size - 1;
     let status = 200;
-    const range = req.headers.range;
+    // { noRange: true }: answer like a server without Range support (200, the whole file).
+    const range = faults.get(p)?.noRange ? undefined : req.headers.range;
     if (range) {
       const m = /^bytes=(\d*)-(\d*)$/.exec(range.trim());
       if (!m || (m[1] === '' && m[2] === '')) {
