@@ -12,7 +12,7 @@
 #                   accelerate, sentencepiece; not part of `test`)
 #   make pkg        build the browser npm package into pkg/ (wasm-bindgen + wasm-opt)
 #   make demo       (also) serves the browser chat demo on http://localhost:$(DEMO_PORT)/
-#   make test-browser  headless-Chromium (SwiftShader WebGPU) tests of pkg/
+#   make test-browser  tests of pkg/ in headless Chromium (SwiftShader) and Firefox ESR (lavapipe)
 #   make bench-browser prepare the GPU machine's browser benchmark (scripts/gpu-browser/README.md;
 #                   BASE=<revision> also packs that revision's binary for an A/B)
 #   make clean      cargo clean
@@ -70,9 +70,12 @@ test: setup model tokenizers test-models
 
 # Installs its own npm deps (tests/browser/package-lock.json) and drives /usr/bin/chromium
 # (override with CHROMIUM=...).
+# The same tests in Chromium (WebGPU: Dawn on SwiftShader) and Firefox ESR (Firefox's wgpu on
+# lavapipe): two WebGPU implementations.
 test-browser: model test-models pkg
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
-	cd tests/browser && FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
+	cd tests/browser && BROWSER=chromium FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
+	cd tests/browser && BROWSER=firefox XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
 
 # Carried to the GPU machine by the device tool: the binary (xz), pkg/, Chromium in 30 MiB parts.
 bench-browser: build pkg

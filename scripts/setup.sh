@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ferrolm's build, demo and tests need on Debian 12 with Rust, as root or with sudo:
-# Mesa's Vulkan drivers (lavapipe runs the GPU path on the CPU when there is no GPU), Chromium for
-# the browser tests, binaryen's wasm-opt, the wasm32 target and the wasm-bindgen CLI matching
+# Mesa's Vulkan drivers (lavapipe runs the GPU path on the CPU when there is no GPU), Chromium and
+# Firefox ESR for the browser tests, binaryen's wasm-opt, the wasm32 target and the wasm-bindgen CLI matching
 # Cargo.lock. Idempotent: a quick no-op once everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-want=(mesa-vulkan-drivers libvulkan1 vulkan-tools chromium binaryen make)
+want=(mesa-vulkan-drivers libvulkan1 vulkan-tools chromium firefox-esr binaryen make)
 missing=()
 for p in "${want[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -14,7 +14,8 @@
 //! `format`, `replace`, `join`, `split` and `tojson` (chat_limits.rs), which allocate before fuel
 //! is charged; and the rendered output size. The vendored minijinja (vendor/README.md) also caps
 //! sequence concatenation and the printing of containers. Each breach is an `Error::Template`.
-//! Rendering is synchronous and bounded by fuel, so an abort request is honoured when it returns.
+//! A wall-clock budget (`TIME_BUDGET_MS`, via the vendored minijinja's interrupt hook) keeps slow
+//! devices bounded too. Rendering is synchronous, so an abort request is honoured when it returns.
 
 use std::io;
 
@@ -32,6 +33,18 @@ pub const MAX_OUTPUT_BYTES: usize = 8 << 20;
 /// or 2 list slots the template creates, so it bounds both time and memory (~128 MB of values
 /// made in total). A 7 MB conversation through the real templates needs 0.5–1 M.
 pub const FUEL: u64 = 2_000_000;
+
+/// Wall-clock time one render may take. Fuel already bounds the work (every hostile case in the
+/// tests stops in under 2 s on two cores); this keeps slow devices within a few seconds too.
+pub const TIME_BUDGET_MS: f64 = 3000.0;
+
+thread_local! {
+    static DEADLINE_MS: std::cell::Cell<f64> = const { std::cell::Cell::new(f64::INFINITY) };
+}
+
+fn past_deadline() -> bool {
+    crate::engine::now_ms() > DEADLINE_MS.with(|d| d.get())
+}
 
 /// The template used for a model that ships none: ChatML (`<|im_start|>role\n...<|im_end|>\n`),
 /// the most widespread format. A model trained on another format will still follow it poorly, so
@@ -61,6 +74,7 @@ pub struct ChatTemplate {
     source: String,
     bos_token: String,
     eos_token: String,
+    time_budget_ms: f64,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -122,7 +136,14 @@ impl ChatTemplate {
             source: source.to_string(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            time_budget_ms: TIME_BUDGET_MS,
         })
+    }
+
+    /// Another wall-clock budget per render than [`TIME_BUDGET_MS`].
+    pub fn with_time_budget(mut self, ms: f64) -> Self {
+        self.time_budget_ms = ms;
+        self
     }
 
     /// The template in `tokenizer.chat_template`, with BOS/EOS texts from the vocabulary; `None`
@@ -185,7 +206,10 @@ impl ChatTemplate {
         };
         let mut out = LimitedWriter { buf: Vec::new(), overflow: false };
         minijinja::value::take_render_overflow();
+        DEADLINE_MS.with(|d| d.set(crate::engine::now_ms() + self.time_budget_ms));
+        minijinja::set_interrupt_check(Some(past_deadline));
         let rendered = tmpl.render_captured_to(ctx, &mut out);
+        minijinja::set_interrupt_check(None);
         if minijinja::value::take_render_overflow() {
             return Err(Error::Template("the template printed a value larger than its memory limit".into()));
         }

@@ -162,6 +162,15 @@ fn hostile_templates_stop_quickly() {
         "3c2"
     );
     assert_eq!(render("{{ [[1, 2], 'x', (3,)] }}|{{ {'a': [1]} }}").unwrap(), "[[1, 2], 'x', (3,)]|{'a': [1]}");
+    // The wall-clock budget (3 s by default; fuel stops everything above sooner on this machine).
+    let slow = "{% for i in range(100000) %}{% if i is even %}{% endif %}{% endfor %}x";
+    let t = ChatTemplate::new(slow, "<s>", "</s>").unwrap();
+    assert_eq!(t.render(&[ChatMessage::new("user", "hi")], true).unwrap(), "x");
+    let m = match t.with_time_budget(0.0).render(&[ChatMessage::new("user", "hi")], true) {
+        Err(Error::Template(m)) => m,
+        other => panic!("expected a time-limit error, got {other:?}"),
+    };
+    assert!(m.contains("time limit"), "{m}");
     // Syntax errors and oversized sources.
     template_err("{% for %}");
     let m = template_err(&"x".repeat(2 << 20));

@@ -76,4 +76,14 @@ fn malformed_tokenizer_json_is_an_error() {
     let mut v = base();
     v["model"]["merges"] = json!(7);
     refused(v, "merges");
+    // Found by fuzzing: Strip with `stop` indexes before a short token's start (a panic there).
+    let mut v = base();
+    v["decoder"] = json!({"type": "Sequence", "decoders": [{"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 5}]});
+    refused(v, "Strip");
+    // ... while the Strip real SentencePiece tokenizers use still loads and decodes.
+    let mut v = base();
+    v["decoder"] = json!({"type": "Strip", "content": " ", "start": 1, "stop": 0});
+    let t = load(&v).unwrap();
+    assert_eq!(t.decode(&[2, 3]).unwrap(), "abc");
 }

@@ -110,6 +110,22 @@ pub fn hf_json(root: &Value) -> Result<()> {
         token_text("tokenizer.json added_tokens", content)?;
         id(&format!("added token {content:?}"), t.get("id").unwrap_or(&Value::Null))?;
     }
+    // Decoders the tokenizers crate panics in: Strip with `stop` > 0 indexes before the start of a
+    // token shorter than `stop` (found by fuzzing; real tokenizers strip at the start only).
+    let mut stack: Vec<&Value> = root.get("decoder").into_iter().collect();
+    while let Some(d) = stack.pop() {
+        if let Some(list) = d.get("decoders").and_then(Value::as_array) {
+            stack.extend(list);
+        }
+        if d.get("type").and_then(Value::as_str) == Some("Strip") {
+            let stop = d.get("stop").and_then(Value::as_u64).unwrap_or(0);
+            if stop != 0 {
+                return bad(format!(
+                    "a Strip decoder with stop = {stop} is not supported (only stripping at the start)"
+                ));
+            }
+        }
+    }
     // A post-processor (or each of a Sequence's) whose template names special tokens.
     let mut stack: Vec<&Value> = root.get("post_processor").into_iter().collect();
     while let Some(p) = stack.pop() {

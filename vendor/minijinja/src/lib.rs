@@ -250,6 +250,8 @@ pub use self::value::Value;
 
 pub use self::macros::__context;
 pub use self::vm::State;
+#[cfg(feature = "fuel")]
+pub use self::vm::fuel::set_interrupt_check;
 
 /// This module gives access to the low level machinery.
 ///

@@ -59,8 +59,25 @@ pub(crate) const SERIALIZED_BYTE_COST: u64 = 16;
 /// Cost of one format specifier in the `format` filter.
 pub(crate) const FORMAT_SPEC_COST: u64 = 4 * UNITS_PER_FUEL;
 
+// ferrolm: a hook the embedder sets (per thread) to stop a render on its own terms, e.g. a
+// wall-clock budget; asked every INTERRUPT_EVERY instructions.
+const INTERRUPT_EVERY: u32 = 4096;
+
+thread_local! {
+    static INTERRUPT: Cell<Option<fn() -> bool>> = const { Cell::new(None) };
+}
+
+/// Sets (or clears) the function asked every few thousand instructions whether the render on
+/// this thread must stop; when it returns true the render fails with an `InvalidOperation`
+/// error saying it ran past its time limit (ferrolm patch).
+pub fn set_interrupt_check(check: Option<fn() -> bool>) {
+    INTERRUPT.with(|i| i.set(check));
+}
+
 /// Helper for tracking fuel consumption.
 pub(crate) struct FuelTracker {
+    // Instructions since the interrupt hook was last asked (ferrolm patch).
+    ticks: Cell<u32>,
     // The initial fuel level.
     initial: u64,
     // The remaining fuel in units.
@@ -71,6 +88,7 @@ impl FuelTracker {
     /// Creates a new fuel tracker.
     pub fn new(fuel: u64) -> FuelTracker {
         FuelTracker {
+            ticks: Cell::new(0),
             initial: fuel,
             remaining: Cell::new(
                 i64::try_from(fuel.saturating_mul(UNITS_PER_FUEL)).unwrap_or(i64::MAX),
@@ -114,6 +132,15 @@ impl FuelTracker {
     /// Tracks an instruction.  If it runs out of fuel an error is returned.
     #[inline]
     pub fn track(&self, instr: &Instruction) -> Result<(), Error> {
+        let ticks = self.ticks.get() + 1;
+        self.ticks.set(ticks % INTERRUPT_EVERY);
+        if ticks == INTERRUPT_EVERY && INTERRUPT.with(|i| i.get()).is_some_and(|stop| stop()) {
+            self.remaining.set(0);
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "rendering ran past its time limit",
+            ));
+        }
         if consumes_fuel(instr) {
             self.consume(INSTRUCTION_COST)
         } else {
