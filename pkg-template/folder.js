@@ -87,7 +87,8 @@ export class ModelFolder {
     return new ModelFolder(null, { ...opts, cache: 'none', files, name: top ? top.split('/')[0] : 'model folder' });
   }
 
-  url(name) { return new URL(name, this.base).href; }
+  // Escaped: '%', '?' and '#' are legal in a file name and must not change the URL's meaning.
+  url(name) { return new URL(encodeURIComponent(name), this.base).href; }
 
   sha256For(name) {
     const s = this.opts.sha256;

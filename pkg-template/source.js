@@ -120,6 +120,7 @@ export class ModelSource {
       // Trust the manifest: no request at all when every chunk is cached.
       this.size = m.size;
       this.etag = m.etag || null;
+      this.lastModified = m.lastModified || null;
       this.chunkSize = m.chunkSize;
       this.done = new Set(m.chunks);
       this.digests = Array.isArray(m.digests) ? m.digests.slice() : [];
@@ -144,7 +145,7 @@ export class ModelSource {
         throw e;
       }
       this.first = first;
-      this.manifest = { version: MANIFEST_VERSION, url: this.url, size: this.size, etag: this.etag, chunkSize: this.chunkSize, chunks: [], sha256: null, updated: Date.now() };
+      this.manifest = { version: MANIFEST_VERSION, url: this.url, size: this.size, etag: this.etag, lastModified: this.lastModified, chunkSize: this.chunkSize, chunks: [], sha256: null, updated: Date.now() };
       if (this.folder) this.manifest.folder = this.folder;
       if (this.backend) await this.saveManifest();
     }
@@ -239,11 +240,18 @@ export class ModelSource {
       gotStart = Number(cr[1]);
       if (cr[3] !== '*') total = Number(cr[3]);
       if (gotStart !== start) throw namedError('DownloadError', `${this.url}: asked for bytes from ${start}, got from ${gotStart}`);
-      // Every part must come from the same version of the file.
+      // Every part must come from the same version of the file: the ETag, or without one the
+      // Last-Modified date, must not change (a same-size new file would mix with the old chunks).
       const etag = res.headers.get('ETag');
-      if (!first && etag && this.etag && etag !== this.etag) {
+      const modified = res.headers.get('Last-Modified');
+      const was = this.etag ? `ETag ${this.etag}` : `Last-Modified ${this.lastModified}`;
+      const now = this.etag ? etag && `ETag ${etag}` : modified && `Last-Modified ${modified}`;
+      if (!first && now && (this.etag || this.lastModified) && now !== was) {
         res.body?.cancel().catch(() => {});
-        throw namedError('DownloadError', `${this.url} changed on the server while it was being downloaded (ETag ${this.etag} -> ${etag}); delete the cached copy (deleteCachedModel) and load again`);
+        // The chunks cached so far are of the old version: drop them so the next load starts over.
+        await this.backend?.remove().catch(() => {});
+        this.backend = null;
+        throw namedError('DownloadError', `${this.url} changed on the server while it was being downloaded (${was} -> ${now}); the cached part was deleted, load again to download the new version`);
       }
     } else {
       // 200: the server ignored the range (or If-Range failed: the file changed).
@@ -260,6 +268,7 @@ export class ModelSource {
       if (total == null) throw namedError('DownloadError', `${this.url}: the server did not report the file size`);
       this.size = total;
       this.etag = res.headers.get('ETag');
+      this.lastModified = res.headers.get('Last-Modified');
     } else if (total != null && total !== this.size) {
       throw namedError('DownloadError', `${this.url} changed size on the server (${this.size} -> ${total} bytes); delete the cached copy and load again`);
     }

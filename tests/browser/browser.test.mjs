@@ -894,6 +894,37 @@ test('store: a damaged cached chunk is fetched again; a server without Range loa
   assert.equal(ch.ok, false);
   assert.equal(ch.name, 'IntegrityError');
   assert.match(ch.message, /sha256 mismatch|changed while the model was loading/);
+
+  // Without an ETag, Last-Modified tells versions apart: a download interrupted after one chunk
+  // and resumed when the server holds a same-size new file must not mix the two.
+  let version = 'old';
+  let calls = 0;
+  server.routes.set('/m/modified/model.gguf', (req, res) => {
+    calls++;
+    if (version === 'old' && calls > 1) {
+      res.writeHead(500);
+      return res.end();
+    }
+    const body = bytes; // the dates alone tell the versions apart (and the new one must load)
+    const m = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range || '');
+    const start = Number(m[1]);
+    const end = Math.min(Number(m[2]), size - 1);
+    res.writeHead(206, { 'Content-Range': `bytes ${start}-${end}/${size}`, 'Content-Length': String(end - start + 1), 'Content-Type': 'application/octet-stream',
+      'Last-Modified': version === 'old' ? 'Tue, 24 Nov 2026 10:00:00 GMT' : 'Thu, 26 Nov 2026 10:00:00 GMT' });
+    res.end(body.subarray(start, end + 1));
+  });
+  const modUrl = `${server.url}/m/modified/model.gguf`;
+  const cut = await greedy(page, modUrl, { cache: 'opfs', retries: 0 });
+  version = 'new';
+  const resumed = await greedy(page, modUrl, { cache: 'opfs' });
+  log('modified file:', JSON.stringify({ cut: cut.name, resumed }));
+  assert.equal(cut.name, 'DownloadError');
+  assert.equal(resumed.name, 'DownloadError');
+  assert.match(resumed.message, /changed on the server .*Last-Modified/);
+  // ... and the next load starts over with the new file.
+  const fresh = await greedy(page, modUrl, { cache: 'opfs' });
+  assert.ok(fresh.ok, fresh.message);
+  assert.equal(fresh.value.load.downloadedBytes, size);
 });
 
 test('a panic in the wasm module fails the pending and later calls cleanly; a new engine works (worker and page)', async () => {
