@@ -4,20 +4,12 @@
 // workgroups left their own (largest value, index) pairs after the V logits (matvec.wgsl
 // ARGMAX); this finishes over those P pairs, so no single workgroup scans the vocabulary.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    slot: u32,
-    _p1: u32,
-}
-
 override V: u32;
 override P: u32;
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> ids: array<u32>;
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
-@group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;

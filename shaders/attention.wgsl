@@ -2,13 +2,6 @@
 // Keys are visited in chunks of 64 with an online softmax (running max and sum), so the
 // context length is bounded only by the cache, not by workgroup memory.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override HD: u32;
 override NH: u32;
 override NKV: u32;
@@ -23,7 +16,6 @@ override QSTRIDE: u32;        // floats between tokens' q rows (q sits first in 
 @group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;  // the layer's KV buffer, k half
 @group(0) @binding(2) var<storage, read> v_cache: array<u32>;        // the same buffer, v half at V_BASE
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
 
 const CH: u32 = 64u;
 

@@ -2,13 +2,6 @@
 // per-split softmax states of `attn_decode` (attn_merge.wgsl). Used where the splits cannot merge
 // themselves (attn_decode's FUSED tail needs Vulkan's device-scope barriers).
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override HD: u32;
 override CTX: u32;
 
@@ -16,7 +9,6 @@ const WG: u32 = 256u;
 
 @group(0) @binding(0) var<storage, read> part: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {

@@ -9,13 +9,6 @@
 // device-scope acquire/release, which with `part` Coherent is what lets the last split see the
 // others' partials. WGSL promises it only within a workgroup, so the host sets FUSED on Vulkan alone.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override HD: u32;
 override NH: u32;
 override NKV: u32;
@@ -35,7 +28,6 @@ const WG: u32 = 128u;  // invocations: one key each while scoring, (word, key gr
 // the other splits' partials.
 @group(0) @binding(3) /*COHERENT*/ var<storage, read_write> part: array<vec4<f32>>;   // [NH][splits][HD / 4 + 1]
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;   // FUSED: [NH][HD]
-@group(0) @binding(5) var<uniform> step: Step;
 @group(0) @binding(6) var<storage, read_write> done: array<atomic<u32>>;   // FUSED: splits finished, per head
 
 // Workgroup memory is kept small: a smaller footprint measured up to 3% faster at 4096 positions

@@ -2,13 +2,6 @@
 // An embedding too large for one binding is looked up by one dispatch per row range: W holds
 // rows ID0 .. ID1, and each dispatch fills the tokens whose ids fall in its range.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override H: u32;
 override SCALE: f32 = 1.0;
 override ID0: u32 = 0u;
@@ -16,7 +9,6 @@ override ID1: u32 = 0xffffffffu;
 
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
 @group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>;
-@group(0) @binding(5) var<uniform> step: Step;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

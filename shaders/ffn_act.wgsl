@@ -2,19 +2,11 @@
 // gate outputs then the up outputs ([gate; up] is one concatenated matrix).
 // SiLU (Llama, Qwen, Phi-3) or GELU with the tanh approximation (Gemma).
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override F: u32;
 override GELU: bool = false;
 
 @group(0) @binding(0) var<storage, read> gu: array<f32>;
 @group(0) @binding(1) var<storage, read_write> h: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

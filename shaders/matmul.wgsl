@@ -5,13 +5,6 @@
 // 8 for 64, through dot products). The next step's global loads are issued before this step's
 // arithmetic, so their latency hides behind it.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override K: u32;
 override N: u32;
 override ACCUMULATE: bool = false;
@@ -25,7 +18,6 @@ const BK: u32 = 32u;
 @group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]: row m, four k's; swizzled
 var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BK][BN / 4]: k, four n's; swizzled

@@ -10,13 +10,6 @@
 // A matrix too large for one binding (a wide vocabulary's LM head) runs as one dispatch per row
 // range: W holds rows ROW0 .. ROW0 + N of Y_ROWS, and its argmax pairs start at pair WG0.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override K: u32;
 override N: u32;
 override EPI: u32 = 0u;
@@ -37,7 +30,6 @@ override WG0: u32 = 0u;         // this dispatch's first argmax pair
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> best_v: array<f32, 128>;
 var<workgroup> best_i: array<u32, 128>;

@@ -4,13 +4,6 @@
 // layer's KV cache as packed f16 pairs. Four rows (two pairs) per block of S 32-invocation row
 // groups (`dot4`, rowdot.wgsl).
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override K: u32;
 override QD: u32;
 override KVD: u32;
@@ -28,7 +21,6 @@ override WG: u32 = 64u;         // invocations per workgroup: 32 to 512 (256 wit
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> q: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
 @group(0) @binding(6) var<storage, read_write> kv: array<u32>;   // [2][NKV][CAP][HD/2]
 @group(0) @binding(7) var<storage, read> rope: array<vec2<f32>>; // [pos][ROT/2] (cos, sin)
 

@@ -2,13 +2,6 @@
 // w is read from the layer's `vecs` buffer at NW_OFF.
 // LAST_ONLY normalizes just the last token's row (the LM head needs nothing else).
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override H: u32;
 override EPS: f32;
 override W_OFFSET: f32 = 0.0;
@@ -19,7 +12,6 @@ override ADD: bool = false;   // y += result (Gemma's post-norms feed the residu
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> vecs: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> partial: array<f32, 256>;
 

@@ -5,13 +5,6 @@
 // heads 0..NH are q, then NKV k heads, then NKV v heads.
 // cos/sin come from a table made on the CPU in f64 (GPU sin/cos are too coarse at large angles).
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    _p0: u32,
-    _p1: u32,
-}
-
 override HD: u32;
 override ROT: u32;
 override NH: u32;
@@ -26,7 +19,6 @@ override NW_OFFSET: f32 = 0.0;
 @group(0) @binding(0) var<storage, read_write> qkv: array<f32>;
 @group(0) @binding(3) var<storage, read_write> kv: array<u32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
 @group(0) @binding(6) var<storage, read> rope: array<vec2<f32>>;
 
 var<workgroup> ss_sh: array<f32, 128>;

@@ -29,13 +29,6 @@
 // (scratch, offsets OFF_* from model/sampling.rs), 4 params (uniform), 5 step (uniform),
 // 6 counters (list lengths).
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    slot: u32,
-    _p1: u32,
-}
-
 struct Params {
     inv_temp: f32,      // 1 / T (0 for greedy)
     top_p: f32,
@@ -82,7 +75,6 @@ const H_BP_HI: u32 = 8u;    // last bin the top-p cut may fall in
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
 @group(0) @binding(3) var<storage, read_write> state: array<u32>;
 @group(0) @binding(4) var<uniform> sp: Params;
-@group(0) @binding(5) var<uniform> step: Step;
 @group(0) @binding(6) var<storage, read_write> counters: array<atomic<u32>, 4>;
 
 var<workgroup> wk: array<f32, 512>;      // keys: scores, weights, scan values

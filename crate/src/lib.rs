@@ -3,6 +3,7 @@
 //! The same crate runs natively (wgpu on Vulkan/Metal/DX12) for the CLI, tests and benchmarks, and
 //! in the browser (wgpu's WebGPU backend) through wasm-bindgen.
 
+#[cfg(feature = "tools")]
 pub mod bench;
 pub mod chat;
 pub mod chat_limits;
@@ -16,6 +17,7 @@ pub mod gpu;
 pub mod model;
 pub mod runtime;
 pub mod sampler;
+#[cfg(feature = "tools")]
 pub mod synth;
 pub mod tokenizer;
 pub mod weights;

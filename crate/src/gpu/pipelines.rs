@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+const STEP: &str = include_str!("../../../shaders/step.wgsl");
 const LAYOUT: &str = include_str!("../../../shaders/layout.wgsl");
 const WEIGHTS: &str = include_str!("../../../shaders/weights.wgsl");
 const REDUCE_SG: &str = include_str!("../../../shaders/reduce_sg.wgsl");
@@ -39,7 +40,8 @@ enum Slot {
 /// Shared WGSL a kernel is assembled with: the weight layout and block metadata (layout.wgsl) for
 /// every kernel that reads weights, then the word dequantizer (prefill and embedding), or for the
 /// decode matrix-vector kernels the row reduction and the four-row dot product (which reads the
-/// weights with 128-bit loads itself). Both halves of decode attention share the split merge.
+/// weights with 128-bit loads itself). Both halves of decode attention share the split merge. Every
+/// kernel gets the step uniform (step.wgsl).
 struct Source {
     body: &'static str,
     weights: bool,
@@ -211,6 +213,7 @@ impl Pipelines {
                 if src.merge {
                     code.push_str(ATTN_MERGE);
                 }
+                code.push_str(STEP);
                 code.push_str(src.body);
                 if self.fused_attention {
                     code = code.replace("/*COHERENT*/", "@coherent");

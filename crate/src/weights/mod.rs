@@ -2,6 +2,7 @@
 
 pub mod codebook;
 pub mod gguf;
+#[cfg(feature = "tools")]
 pub mod gguf_write;
 pub mod kquants;
 pub mod pack;
