@@ -254,6 +254,8 @@ export interface EngineInfo {
     backend: string; device_type: string; driver: string; name: string;
     max_buffer_size: number; max_storage_buffer_binding_size: number; max_workgroup_storage_size: number;
     shader_f16: boolean; subgroups: boolean; integer_dot: boolean; fused_attention: boolean;
+    /** Prefill matmuls on cooperative matrices (native only so far; false in browsers). */
+    matrix_units: boolean;
     timestamps: boolean; timestamps_in_passes: boolean;
   };
   config: Record<string, unknown>;

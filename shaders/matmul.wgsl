@@ -1,23 +1,7 @@
-// C[m, n] (+)= sum_k A[m, k] * W[n, k] (+ bias[n]) for many activation rows (prefill).
-// 64x64 output tile per workgroup of 128 threads, 8 rows x 4 columns per thread, K in steps of
-// 32 staged through workgroup memory (16 KiB in all: the portable limit). Per four k's a thread
-// reads 8 + 4 vec4s from workgroup memory for 128 multiply-adds (the 4x4-per-thread version read
-// 8 for 64, through dot products). The next step's global loads are issued before this step's
-// arithmetic, so their latency hides behind it.
-
-override K: u32;
-override N: u32;
-override ACCUMULATE: bool = false;
-override HAS_BIAS: bool = false;
-override BIAS_OFF: u32 = 0u;   // bias offset in `vecs`
-
-const BM: u32 = 64u;
-const BN: u32 = 64u;
-const BK: u32 = 32u;
-
-@group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> c: array<f32>;
-@group(0) @binding(4) var<storage, read> vecs: array<f32>;
+// Prefill matmul in f32 on any adapter, over the tile of matmul_tile.wgsl: 8 rows x 4 columns
+// per invocation, K steps staged through workgroup memory (16 KiB in all: the portable limit).
+// Per four k's a thread reads 8 + 4 vec4s from workgroup memory for 128 multiply-adds (the
+// 4x4-per-thread version read 8 for 64, through dot products).
 
 var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]: row m, four k's; swizzled
 var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BK][BN / 4]: k, four n's; swizzled
@@ -32,48 +16,6 @@ fn sw(row: u32, col: u32) -> u32 {
 // 8 rows x 4 k-groups; XOR-ing the vec4 column with the k-group puts them in 32 distinct banks.
 fn wsw(k: u32, col: u32) -> u32 {
     return k * 16u + (col ^ (((k >> 3u) & 3u) * 2u));
-}
-
-// This thread's share of one K step: 4 vec4 of A and 2 runs of 8 weights.
-struct Tile {
-    a0: vec4<f32>,
-    a1: vec4<f32>,
-    a2: vec4<f32>,
-    a3: vec4<f32>,
-    w0: W8,
-    w1: W8,
-}
-
-fn load_a(m0: u32, k0: u32, i: u32) -> vec4<f32> {
-    let r = i / 8u;
-    let kq = i % 8u;
-    if (m0 + r < step.n_tokens && k0 + kq * 4u < K) {
-        return a[((m0 + r) * K + k0) / 4u + kq];
-    }
-    return vec4<f32>(0.0);
-}
-
-fn load_w(n0: u32, k0: u32, j: u32) -> W8 {
-    let r = j / 4u;
-    let kk = (j % 4u) * 8u;
-    if (n0 + r < N && k0 + kk < K) {
-        return load8((n0 + r) * K + k0 + kk);
-    }
-    var z: W8;
-    z.lo = vec4<f32>(0.0);
-    z.hi = vec4<f32>(0.0);
-    return z;
-}
-
-fn load_tile(m0: u32, n0: u32, k0: u32, lid: u32) -> Tile {
-    var t: Tile;
-    t.a0 = load_a(m0, k0, lid);
-    t.a1 = load_a(m0, k0, lid + 128u);
-    t.a2 = load_a(m0, k0, lid + 256u);
-    t.a3 = load_a(m0, k0, lid + 384u);
-    t.w0 = load_w(n0, k0, lid);
-    t.w1 = load_w(n0, k0, lid + 128u);
-    return t;
 }
 
 fn store_w(j: u32, w: W8) {
@@ -158,23 +100,3 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     store(m + 7u, n, acc7);
 }
 
-// Four outputs of row m from column n on, with bias and residual as configured.
-fn store(m: u32, n: u32, v4: vec4<f32>) {
-    if (m >= step.n_tokens) {
-        return;
-    }
-    for (var j = 0u; j < 4u; j++) {
-        if (n + j >= N) {
-            return;
-        }
-        var v = v4[j];
-        if (HAS_BIAS) {
-            v += vecs[BIAS_OFF + n + j];
-        }
-        let o = m * N + n + j;
-        if (ACCUMULATE) {
-            v += c[o];
-        }
-        c[o] = v;
-    }
-}

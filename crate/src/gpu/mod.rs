@@ -24,6 +24,8 @@ pub struct AdapterSummary {
     pub integer_dot: bool,
     /// Decode attention merges its splits without a dispatch of its own.
     pub fused_attention: bool,
+    /// Prefill matmuls run on cooperative matrices (matmul_coop.wgsl).
+    pub matrix_units: bool,
     pub timestamps: bool,
     pub timestamps_in_passes: bool,
 }
@@ -65,6 +67,8 @@ fn report_lost(_id: u32, _message: &str) {}
 /// The least we need; checked up front so a weak adapter fails with a clear message.
 const MIN_WORKGROUP_STORAGE: u32 = 16 * 1024;
 const MIN_INVOCATIONS: u32 = 256;
+/// Workgroup memory of matmul_coop.wgsl: f16 A and W tiles (4 KiB each), the f32 output tile.
+const COOP_WORKGROUP_STORAGE: u32 = 24 * 1024;
 
 impl Gpu {
     /// Pick an adapter (high performance first) and open a device with the adapter's limits.
@@ -131,6 +135,22 @@ impl Gpu {
             && cfg!(not(target_arch = "wasm32"))
             && features.contains(wgpu::Features::MEMORY_DECORATION_COHERENT)
             && std::env::var("FERROLM_NO_FUSED_ATTENTION").is_err();
+        // Prefill matmuls on the matrix units (matmul_coop.wgsl): 16x16x16 f16 x f16 -> f32
+        // cooperative matrices, each owned by one 32-wide subgroup, and 24 KiB of workgroup
+        // memory. wgpu's cooperative matrices are experimental and native only (Vulkan's
+        // VK_KHR_cooperative_matrix, Metal's simdgroup matrices). FERROLM_NO_COOP=1 keeps the f32
+        // matmul.
+        let matrix_units = cfg!(not(target_arch = "wasm32"))
+            && features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
+            && info.subgroup_min_size == 32
+            && info.subgroup_max_size == 32
+            && limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_STORAGE
+            && adapter.cooperative_matrix_properties().iter().any(|p| {
+                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                    && p.ab_type == wgpu::CooperativeScalarType::F16
+                    && p.cr_type == wgpu::CooperativeScalarType::F32
+            })
+            && std::env::var("FERROLM_NO_COOP").is_err();
         // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
         let mut wanted = features
             & (wgpu::Features::TIMESTAMP_QUERY
@@ -142,12 +162,21 @@ impl Gpu {
         if fused_attention {
             wanted |= wgpu::Features::MEMORY_DECORATION_COHERENT;
         }
+        if matrix_units {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("ferrolm"),
                 required_features: wanted,
                 required_limits: limits.clone(),
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                // SAFETY: the only experimental feature asked for is cooperative matrices, used by
+                // matmul_coop.wgsl alone, which the kernel tests check against the CPU reference.
+                experimental_features: if matrix_units {
+                    unsafe { wgpu::ExperimentalFeatures::enabled() }
+                } else {
+                    wgpu::ExperimentalFeatures::disabled()
+                },
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
@@ -183,10 +212,11 @@ impl Gpu {
             subgroups: sg32,
             integer_dot: idot,
             fused_attention,
+            matrix_units,
             timestamps: wanted.contains(wgpu::Features::TIMESTAMP_QUERY),
             timestamps_in_passes: wanted.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         };
-        let pipelines = Pipelines::new(sg32, idot, fused_attention);
+        let pipelines = Pipelines::new(sg32, idot, fused_attention, matrix_units);
         Ok(Gpu { device, queue, summary, limits, pipelines, error, lost, id })
     }
 

@@ -12,6 +12,10 @@ const REDUCE_SG: &str = include_str!("../../../shaders/reduce_sg.wgsl");
 const REDUCE_WG: &str = include_str!("../../../shaders/reduce_wg.wgsl");
 const ROWDOT: &str = include_str!("../../../shaders/rowdot.wgsl");
 const ATTN_MERGE: &str = include_str!("../../../shaders/attn_merge.wgsl");
+const MATMUL_TILE: &str = include_str!("../../../shaders/matmul_tile.wgsl");
+const MATMUL_COOP: &str = include_str!("../../../shaders/matmul_coop.wgsl");
+/// `enable` directives of matmul_coop.wgsl; they must open the assembled source.
+const COOP_ENABLES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
@@ -28,6 +32,24 @@ pub enum Kernel {
     Argmax,
     Sample,
     Mask,
+}
+
+impl Kernel {
+    pub const ALL: [Kernel; 13] = [
+        Kernel::MatVec,
+        Kernel::QkvRope,
+        Kernel::MatMul,
+        Kernel::Embed,
+        Kernel::RmsNorm,
+        Kernel::RopeKv,
+        Kernel::Attention,
+        Kernel::AttnDecode,
+        Kernel::AttnCombine,
+        Kernel::FfnAct,
+        Kernel::Argmax,
+        Kernel::Sample,
+        Kernel::Mask,
+    ];
 }
 
 #[derive(Clone, Copy)]
@@ -127,17 +149,20 @@ pub struct Pipelines {
     /// FUSED), one dispatch a layer fewer. The device then has MEMORY_DECORATION_COHERENT, and
     /// storage buffers marked `/*COHERENT*/` in the WGSL get naga's `@coherent`.
     pub fused_attention: bool,
+    /// The prefill matmul runs on cooperative matrices (matmul_coop.wgsl, not matmul.wgsl).
+    pub matrix_units: bool,
     layouts: RefCell<HashMap<Kernel, (Rc<wgpu::BindGroupLayout>, wgpu::PipelineLayout)>>,
     modules: RefCell<HashMap<Kernel, wgpu::ShaderModule>>,
     cache: RefCell<HashMap<String, Rc<Pipeline>>>,
 }
 
 impl Pipelines {
-    pub fn new(subgroups: bool, idot: bool, fused_attention: bool) -> Self {
+    pub fn new(subgroups: bool, idot: bool, fused_attention: bool, matrix_units: bool) -> Self {
         Pipelines {
             subgroups,
             idot,
             fused_attention,
+            matrix_units,
             layouts: Default::default(),
             modules: Default::default(),
             cache: Default::default(),
@@ -183,6 +208,41 @@ impl Pipelines {
         (bgl, pl)
     }
 
+    /// The WGSL of kernel `k` as this device compiles it: the shared pieces it needs, then its body.
+    pub fn wgsl(&self, k: Kernel) -> String {
+        let src = k.source();
+        // `enable` directives must come first, so the reduction prelude leads.
+        let mut code = String::new();
+        let coop = k == Kernel::MatMul && self.matrix_units;
+        if coop {
+            code.push_str(COOP_ENABLES);
+        }
+        if src.reduce {
+            code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
+        }
+        if src.weights || src.reduce {
+            code.push_str(LAYOUT);
+        }
+        if src.weights {
+            code.push_str(WEIGHTS);
+        }
+        if src.reduce {
+            code.push_str(ROWDOT);
+        }
+        if src.merge {
+            code.push_str(ATTN_MERGE);
+        }
+        code.push_str(STEP);
+        if k == Kernel::MatMul {
+            code.push_str(MATMUL_TILE);
+        }
+        code.push_str(if coop { MATMUL_COOP } else { src.body });
+        if self.fused_attention {
+            code = code.replace("/*COHERENT*/", "@coherent");
+        }
+        code
+    }
+
     /// The pipeline for `k` with these override constants, compiled on first use.
     pub fn get(&self, device: &wgpu::Device, k: Kernel, constants: &[(&str, f64)]) -> Rc<Pipeline> {
         let key = format!("{k:?}{constants:?}");
@@ -195,29 +255,7 @@ impl Pipelines {
             .borrow_mut()
             .entry(k)
             .or_insert_with(|| {
-                let src = k.source();
-                // `enable` directives must come first, so the reduction prelude leads.
-                let mut code = String::new();
-                if src.reduce {
-                    code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
-                }
-                if src.weights || src.reduce {
-                    code.push_str(LAYOUT);
-                }
-                if src.weights {
-                    code.push_str(WEIGHTS);
-                }
-                if src.reduce {
-                    code.push_str(ROWDOT);
-                }
-                if src.merge {
-                    code.push_str(ATTN_MERGE);
-                }
-                code.push_str(STEP);
-                code.push_str(src.body);
-                if self.fused_attention {
-                    code = code.replace("/*COHERENT*/", "@coherent");
-                }
+                let code = self.wgsl(k);
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(&format!("{k:?}")),
                     source: wgpu::ShaderSource::Wgsl(code.into()),

@@ -1,0 +1,86 @@
+// Prefill matmul on the GPU's matrix units (wgpu's cooperative matrices: VK_KHR_cooperative_matrix,
+// the tensor cores on NVIDIA), over the tile of matmul_tile.wgsl. Each K step's A and W tiles are
+// converted to f16 in workgroup memory; each of the four 32-wide subgroups multiplies one 32x32
+// quarter of the 64x64 output as 2 x 2 products of 16x16 f16 matrices accumulated in f32. The
+// quarters then pass through workgroup memory to the shared epilogue (bias, residual add, edges).
+// Chosen only where the adapter offers 16x16x16 f16 x f16 -> f32 products on 32-wide subgroups
+// (crate/src/gpu/mod.rs); the assembler puts `enable f16; enable wgpu_cooperative_matrix;` first.
+
+var<workgroup> a_h: array<f16, 2048>;   // [BM][BK]: row m, then k
+var<workgroup> w_h: array<f16, 2048>;   // [BN][BK]: row n, then k (W^T's columns, k-contiguous)
+var<workgroup> c_sh: array<f32, 4096>;  // [BM][BN]: the finished tile
+
+fn put_a(i: u32, v: vec4<f32>) {
+    let o = (i / 8u) * BK + (i % 8u) * 4u;
+    a_h[o] = f16(v.x);
+    a_h[o + 1u] = f16(v.y);
+    a_h[o + 2u] = f16(v.z);
+    a_h[o + 3u] = f16(v.w);
+}
+
+fn put_w(j: u32, w: W8) {
+    let o = (j / 4u) * BK + (j % 4u) * 8u;
+    w_h[o] = f16(w.lo.x);
+    w_h[o + 1u] = f16(w.lo.y);
+    w_h[o + 2u] = f16(w.lo.z);
+    w_h[o + 3u] = f16(w.lo.w);
+    w_h[o + 4u] = f16(w.hi.x);
+    w_h[o + 5u] = f16(w.hi.y);
+    w_h[o + 6u] = f16(w.hi.z);
+    w_h[o + 7u] = f16(w.hi.w);
+}
+
+fn put_tile(t: Tile, lid: u32) {
+    put_a(lid, t.a0);
+    put_a(lid + 128u, t.a1);
+    put_a(lid + 256u, t.a2);
+    put_a(lid + 384u, t.a3);
+    put_w(lid, t.w0);
+    put_w(lid + 128u, t.w1);
+}
+
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let m0 = wg.y * BM;
+    let n0 = wg.x * BN;
+    // Subgroup s (invocations 32s .. 32s + 31 on 32-wide subgroups) owns rows qm.., columns qn...
+    let s = lid / 32u;
+    let qm = (s / 2u) * 32u;
+    let qn = (s % 2u) * 32u;
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var t = load_tile(m0, n0, 0u, lid);
+    for (var k0 = 0u; k0 < K; k0 += BK) {
+        put_tile(t, lid);
+        workgroupBarrier();
+        if (k0 + BK < K) {
+            t = load_tile(m0, n0, k0 + BK, lid);
+        }
+        for (var kk = 0u; kk < BK; kk += 16u) {
+            // A row-major (k contiguous in a row); W^T column-major (k contiguous in a column).
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&a_h[qm * BK + kk], BK);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&a_h[(qm + 16u) * BK + kk], BK);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BK + kk], BK);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BK + kk], BK);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+        }
+        workgroupBarrier();
+    }
+    coopStoreT(c00, &c_sh[qm * BN + qn], BN);
+    coopStoreT(c01, &c_sh[qm * BN + qn + 16u], BN);
+    coopStoreT(c10, &c_sh[(qm + 16u) * BN + qn], BN);
+    coopStoreT(c11, &c_sh[(qm + 16u) * BN + qn + 16u], BN);
+    workgroupBarrier();
+    // Invocation i writes row i / 2, columns 32 (i % 2) .. + 31.
+    let r = lid / 2u;
+    let col = (lid % 2u) * 32u;
+    for (var j = 0u; j < 32u; j += 4u) {
+        let o = r * BN + col + j;
+        store(m0 + r, n0 + col + j, vec4<f32>(c_sh[o], c_sh[o + 1u], c_sh[o + 2u], c_sh[o + 3u]));
+    }
+}
