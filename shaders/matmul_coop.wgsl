@@ -10,26 +10,6 @@ var<workgroup> a_h: array<f16, 2048>;   // [BM][BK]: row m, then k
 var<workgroup> w_h: array<f16, 2048>;   // [BN][BK]: row n, then k (W^T's columns, k-contiguous)
 var<workgroup> c_sh: array<f32, 4096>;  // [BM][BN]: the finished tile
 
-fn put_a(i: u32, v: vec4<f32>) {
-    let o = (i / 8u) * BK + (i % 8u) * 4u;
-    a_h[o] = f16(v.x);
-    a_h[o + 1u] = f16(v.y);
-    a_h[o + 2u] = f16(v.z);
-    a_h[o + 3u] = f16(v.w);
-}
-
-fn put_w(j: u32, w: W8) {
-    let o = (j / 4u) * BK + (j % 4u) * 8u;
-    w_h[o] = f16(w.lo.x);
-    w_h[o + 1u] = f16(w.lo.y);
-    w_h[o + 2u] = f16(w.lo.z);
-    w_h[o + 3u] = f16(w.lo.w);
-    w_h[o + 4u] = f16(w.hi.x);
-    w_h[o + 5u] = f16(w.hi.y);
-    w_h[o + 6u] = f16(w.hi.z);
-    w_h[o + 7u] = f16(w.hi.w);
-}
-
 fn put_tile(t: Tile, lid: u32) {
     put_a(lid, t.a0);
     put_a(lid + 128u, t.a1);

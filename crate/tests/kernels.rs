@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use ferrolm::gpu::{Gpu, Kernel};
-use ferrolm::model::forward::{MATMUL_TILE_M, MATMUL_TILE_N};
+use ferrolm::model::forward::{MATMUL_TILE_M, MATMUL_TILE_N, WIDE_TILE};
 
 #[derive(Clone, Copy, Debug)]
 enum L {
@@ -181,7 +181,10 @@ fn check_linear(
                 n,
                 &[("ACCUMULATE", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64), ("BIAS_OFF", 3.0)],
             ),
-            [n.div_ceil(MATMUL_TILE_N as usize) as u32, m.div_ceil(MATMUL_TILE_M as usize) as u32, 1],
+            match kernel {
+                Kernel::MatMulWide => [n.div_ceil(WIDE_TILE as usize) as u32, m.div_ceil(WIDE_TILE as usize) as u32, 1],
+                _ => [n.div_ceil(MATMUL_TILE_N as usize) as u32, m.div_ceil(MATMUL_TILE_M as usize) as u32, 1],
+            },
         ),
     };
     g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid)
@@ -189,7 +192,7 @@ fn check_linear(
     let got = read(g, &yb, m * n);
     // On matrix units (matmul_coop.wgsl) A and W enter the products as f16: the reference rounds
     // them the same way and still sums in f32.
-    let f16_inputs = kernel == Kernel::MatMul && g.summary.matrix_units;
+    let f16_inputs = (kernel == Kernel::MatMul && g.summary.matrix_units) || kernel == Kernel::MatMulWide;
     let round = |v: &[f32]| -> Vec<f32> {
         if f16_inputs {
             v.iter().map(|&a| half::f16::from_f32(a).to_f32()).collect()
@@ -370,7 +373,14 @@ fn matmul_all_layouts() {
     let g = gpu();
     let mut r = R::new();
     if !g.summary.matrix_units {
-        eprintln!("matmul_coop.wgsl skipped: this adapter offers no 16x16 f16 cooperative matrices (the GPU machine runs it)");
+        eprintln!("matmul_coop*.wgsl skipped: this adapter offers no 16x16 f16 cooperative matrices (the GPU machine runs them)");
+    } else {
+        // The wide tile: partial tiles in both directions, one token, several K steps.
+        for l in ALL {
+            check_linear(&g, &mut r, Kernel::MatMulWide, l, 200, 300, 96, true, true, false);
+            check_linear(&g, &mut r, Kernel::MatMulWide, l, 1, 130, 64, false, false, false);
+        }
+        check_linear(&g, &mut r, Kernel::MatMulWide, L::Q4, 129, 1024, 256, true, false, false);
     }
     for l in ALL {
         check_linear(&g, &mut r, Kernel::MatMul, l, 70, 130, 96, false, false, false);

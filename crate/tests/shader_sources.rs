@@ -13,8 +13,9 @@ fn every_kernel_variant_validates() {
         let p = Pipelines::new(bits & 1 != 0, bits & 2 != 0, bits & 4 != 0, bits & 8 != 0);
         for k in Kernel::ALL {
             let code = p.wgsl(k);
-            let module = naga::front::wgsl::parse_str(&code)
-                .unwrap_or_else(|e| panic!("{k:?} (variant bits {bits:04b}) does not parse:\n{}", e.emit_to_string(&code)));
+            let module = naga::front::wgsl::parse_str(&code).unwrap_or_else(|e| {
+                panic!("{k:?} (variant bits {bits:04b}) does not parse:\n{}", e.emit_to_string(&code))
+            });
             naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
                 .validate(&module)
                 .unwrap_or_else(|e| panic!("{k:?} (variant bits {bits:04b}) is invalid:\n{}", e.emit_to_string(&code)));

@@ -14,6 +14,7 @@ const ROWDOT: &str = include_str!("../../../shaders/rowdot.wgsl");
 const ATTN_MERGE: &str = include_str!("../../../shaders/attn_merge.wgsl");
 const MATMUL_TILE: &str = include_str!("../../../shaders/matmul_tile.wgsl");
 const MATMUL_COOP: &str = include_str!("../../../shaders/matmul_coop.wgsl");
+const MATMUL_F16: &str = include_str!("../../../shaders/matmul_f16.wgsl");
 /// `enable` directives of matmul_coop.wgsl; they must open the assembled source.
 const COOP_ENABLES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
 
@@ -22,6 +23,9 @@ pub enum Kernel {
     MatVec,
     QkvRope,
     MatMul,
+    /// The prefill matmul in 128x128 tiles on matrix units, for wide matrices (chosen by the
+    /// forward pass only where `Pipelines::matrix_units`).
+    MatMulWide,
     Embed,
     RmsNorm,
     RopeKv,
@@ -35,10 +39,11 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 13] = [
+    pub const ALL: [Kernel; 14] = [
         Kernel::MatVec,
         Kernel::QkvRope,
         Kernel::MatMul,
+        Kernel::MatMulWide,
         Kernel::Embed,
         Kernel::RmsNorm,
         Kernel::RopeKv,
@@ -77,6 +82,7 @@ impl Kernel {
             Kernel::MatVec => (include_str!("../../../shaders/matvec.wgsl"), false, true),
             Kernel::QkvRope => (include_str!("../../../shaders/qkv_rope.wgsl"), false, true),
             Kernel::MatMul => (include_str!("../../../shaders/matmul.wgsl"), true, false),
+            Kernel::MatMulWide => (include_str!("../../../shaders/matmul_coop_wide.wgsl"), true, false),
             Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true, false),
             Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false, false),
             Kernel::RopeKv => (include_str!("../../../shaders/rope_kv.wgsl"), false, false),
@@ -96,7 +102,7 @@ impl Kernel {
     fn slots(self) -> &'static [Option<Slot>] {
         use Slot::*;
         match self {
-            Kernel::MatVec | Kernel::MatMul => {
+            Kernel::MatVec | Kernel::MatMul | Kernel::MatMulWide => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform)]
             }
             Kernel::QkvRope => &[
@@ -213,7 +219,7 @@ impl Pipelines {
         let src = k.source();
         // `enable` directives must come first, so the reduction prelude leads.
         let mut code = String::new();
-        let coop = k == Kernel::MatMul && self.matrix_units;
+        let coop = (k == Kernel::MatMul && self.matrix_units) || k == Kernel::MatMulWide;
         if coop {
             code.push_str(COOP_ENABLES);
         }
@@ -233,10 +239,13 @@ impl Pipelines {
             code.push_str(ATTN_MERGE);
         }
         code.push_str(STEP);
-        if k == Kernel::MatMul {
+        if matches!(k, Kernel::MatMul | Kernel::MatMulWide) {
             code.push_str(MATMUL_TILE);
         }
-        code.push_str(if coop { MATMUL_COOP } else { src.body });
+        if coop {
+            code.push_str(MATMUL_F16);
+        }
+        code.push_str(if k == Kernel::MatMul && coop { MATMUL_COOP } else { src.body });
         if self.fused_attention {
             code = code.replace("/*COHERENT*/", "@coherent");
         }

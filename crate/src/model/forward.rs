@@ -29,6 +29,8 @@ enum Grid {
     PerToken(u32),
     /// 64x64 output tiles over (n, t).
     Tiles(u32),
+    /// 128x128 output tiles over (n, t) (matmul_coop_wide.wgsl).
+    WideTiles(u32),
     /// `n` elements per token, 256 per workgroup, folded into 2-D past 65535 workgroups.
     Elems(u32),
     /// (heads, splits): one workgroup per 64 cached positions (decode attention).
@@ -43,6 +45,7 @@ impl Grid {
             Grid::Tokens => [t, 1, 1],
             Grid::PerToken(x) => [x, t, 1],
             Grid::Tiles(n) => [n.div_ceil(MATMUL_TILE_N), t.div_ceil(MATMUL_TILE_M), 1],
+            Grid::WideTiles(n) => [n.div_ceil(WIDE_TILE), t.div_ceil(WIDE_TILE), 1],
             Grid::Elems(n) => {
                 let wgs = (n * t).div_ceil(256);
                 let y = wgs.div_ceil(65535);
@@ -56,6 +59,13 @@ impl Grid {
 /// The prefill matmul's output tile (matmul.wgsl BN x BM): weight rows x tokens.
 pub const MATMUL_TILE_N: u32 = 64;
 pub const MATMUL_TILE_M: u32 = 64;
+/// The wide matrix-unit matmul's tile (matmul_coop_wide.wgsl WM = WN).
+pub const WIDE_TILE: u32 = 128;
+/// Weight matrices with at least this many rows take the wide tile on matrix units; narrower
+/// ones keep 64x64 tiles, which give the GPU more workgroups. H100, 512 tokens: rows of 2,048
+/// (Llama-3.2-1B's down and o) ran 45% slower wide (64 workgroups), rows of 3,072 (Phi-3's down)
+/// 32% faster.
+pub const WIDE_MIN_ROWS: usize = 3072;
 
 /// Decode attention merges its 64-position splits with one weight each in workgroup memory
 /// (attn_merge.wgsl): 8 KiB at this many, inside WebGPU's 16 KiB beside the kernel's other arrays.
@@ -553,13 +563,12 @@ impl Builder<'_> {
             ("HAS_BIAS", b(bias.is_some())),
             ("BIAS_OFF", bias.unwrap_or(0) as f64),
         ];
-        self.push(
-            label,
-            Kernel::MatMul,
-            &consts,
-            &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)],
-            Grid::Tiles(w.rows as u32),
-        );
+        let (kernel, grid) = if self.gpu.pipelines.matrix_units && w.rows >= WIDE_MIN_ROWS {
+            (Kernel::MatMulWide, Grid::WideTiles(w.rows as u32))
+        } else {
+            (Kernel::MatMul, Grid::Tiles(w.rows as u32))
+        };
+        self.push(label, kernel, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)], grid);
     }
 
     /// y = norm(x) (`add`: y += norm(x)), over every token or only the last.
