@@ -5,6 +5,7 @@
 import { namedError } from './errors.js';
 import { MANIFEST_VERSION, chunkDigest, holdModelLock, isQuotaError, openBackend, urlKey } from './cache.js';
 
+// The engine's largest read (READ_CHUNK, crate/src/weights/safetensors.rs): one chunk serves it.
 export const CHUNK_SIZE = 16 << 20;
 /** Reads up to this size whose chunk is not at hand fetch just their bytes (see readInner). */
 export const SMALL_READ = 256 << 10;

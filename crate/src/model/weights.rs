@@ -295,9 +295,6 @@ struct GgufLoader<'a> {
     staged: std::collections::HashMap<String, Vec<u8>>,
 }
 
-/// Largest read the loader makes at once.
-const CHUNK: u64 = 16 << 20;
-
 impl GgufLoader<'_> {
     fn info(&self, name: &str, want: &[usize]) -> Result<TensorInfo> {
         let t = self
@@ -368,7 +365,7 @@ impl GgufLoader<'_> {
             Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
         let m = StreamedMatrix::alloc(self.gpu, name, layout, t.ty.f16_scales(), (rows, cols))?;
         let row_bytes = t.n_bytes / rows as u64;
-        for c in m.chunks(row_bytes, CHUNK) {
+        for c in m.chunks(row_bytes, crate::weights::safetensors::READ_CHUNK) {
             let raw = self.read(t.offset + c.first as u64 * row_bytes, c.n as u64 * row_bytes).await?;
             m.parts[c.part].write_rows(self.gpu, name, c.local, &pack::pack(t.ty, c.n, cols, &raw)?)?;
         }

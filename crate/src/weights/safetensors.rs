@@ -642,7 +642,8 @@ impl<S: ByteSource> SafetensorsModel<S> {
     }
 }
 
-/// Largest single read the asynchronous readers make (a download chunk in the browser).
+/// Largest single read the loaders make (GGUF and safetensors alike): one download chunk in the
+/// browser (pkg-template/source.js CHUNK_SIZE is the same 16 MiB).
 pub const READ_CHUNK: u64 = 16 << 20;
 
 impl<S: AsyncSource> SafetensorsModel<S> {
