@@ -63,12 +63,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     var acc5 = vec4<f32>(0.0);
     var acc6 = vec4<f32>(0.0);
     var acc7 = vec4<f32>(0.0);
-    var t = load_tile(m0, n0, 0u, lid);
+    var t = load_tile(m0, n0, 0u, lid, 128u);
     for (var k0 = 0u; k0 < K; k0 += BK) {
         store_tile(t, lid);
         workgroupBarrier();
         if (k0 + BK < K) {
-            t = load_tile(m0, n0, k0 + BK, lid);
+            t = load_tile(m0, n0, k0 + BK, lid, 128u);
         }
         for (var kq = 0u; kq < BK / 4u; kq++) {
             let k = kq * 4u;

@@ -10,15 +10,6 @@ var<workgroup> a_h: array<f16, 2048>;   // [BM][BK]: row m, then k
 var<workgroup> w_h: array<f16, 2048>;   // [BN][BK]: row n, then k (W^T's columns, k-contiguous)
 var<workgroup> c_sh: array<f32, 4096>;  // [BM][BN]: the finished tile
 
-fn put_tile(t: Tile, lid: u32) {
-    put_a(lid, t.a0);
-    put_a(lid + 128u, t.a1);
-    put_a(lid + 256u, t.a2);
-    put_a(lid + 384u, t.a3);
-    put_w(lid, t.w0);
-    put_w(lid + 128u, t.w1);
-}
-
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let m0 = wg.y * BM;
@@ -31,12 +22,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
     var c11 = coop_mat16x16<f32, C>();
-    var t = load_tile(m0, n0, 0u, lid);
+    var t = load_tile(m0, n0, 0u, lid, 128u);
     for (var k0 = 0u; k0 < K; k0 += BK) {
-        put_tile(t, lid);
+        put_tile(t, lid, 128u);
         workgroupBarrier();
         if (k0 + BK < K) {
-            t = load_tile(m0, n0, k0 + BK, lid);
+            t = load_tile(m0, n0, k0 + BK, lid, 128u);
         }
         for (var kk = 0u; kk < BK; kk += 16u) {
             // A row-major (k contiguous in a row); W^T column-major (k contiguous in a column).

@@ -12,28 +12,6 @@ var<workgroup> a_h: array<f16, 4096>;   // [WM][BK]: row m, then k
 var<workgroup> w_h: array<f16, 4096>;   // [WN][BK]: row n, then k
 var<workgroup> c_sh: array<f32, 8192>;  // [WM / 2][WN]: half of the finished tile
 
-// One K step's share of invocation `lid`: A elements lid + 256q (q < 4) and W runs lid + 256q
-// (q < 2) of the 128 x 32 tiles, with load_tile's indexing (matmul_tile.wgsl) over 128 rows.
-fn load_wide(m0: u32, n0: u32, k0: u32, lid: u32) -> Tile {
-    var t: Tile;
-    t.a0 = load_a(m0, k0, lid);
-    t.a1 = load_a(m0, k0, lid + 256u);
-    t.a2 = load_a(m0, k0, lid + 512u);
-    t.a3 = load_a(m0, k0, lid + 768u);
-    t.w0 = load_w(n0, k0, lid);
-    t.w1 = load_w(n0, k0, lid + 256u);
-    return t;
-}
-
-fn put_wide(t: Tile, lid: u32) {
-    put_a(lid, t.a0);
-    put_a(lid + 256u, t.a1);
-    put_a(lid + 512u, t.a2);
-    put_a(lid + 768u, t.a3);
-    put_w(lid, t.w0);
-    put_w(lid + 256u, t.w1);
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let m0 = wg.y * WM;
@@ -50,12 +28,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var c11 = coop_mat16x16<f32, C>();
     var c12 = coop_mat16x16<f32, C>();
     var c13 = coop_mat16x16<f32, C>();
-    var t = load_wide(m0, n0, 0u, lid);
+    var t = load_tile(m0, n0, 0u, lid, 256u);
     for (var k0 = 0u; k0 < K; k0 += BK) {
-        put_wide(t, lid);
+        put_tile(t, lid, 256u);
         workgroupBarrier();
         if (k0 + BK < K) {
-            t = load_wide(m0, n0, k0 + BK, lid);
+            t = load_tile(m0, n0, k0 + BK, lid, 256u);
         }
         for (var kk = 0u; kk < BK; kk += 16u) {
             let a0 = coopLoadT<coop_mat16x16<f16, A>>(&a_h[qm * BK + kk], BK);

@@ -22,3 +22,13 @@ fn put_w(j: u32, w: W8) {
     w_h[o + 7u] = f16(w.hi.w);
 }
 
+
+// A whole K step of invocation `lid` of `wg` (load_tile's indexing).
+fn put_tile(t: Tile, lid: u32, wg: u32) {
+    put_a(lid, t.a0);
+    put_a(lid + wg, t.a1);
+    put_a(lid + 2u * wg, t.a2);
+    put_a(lid + 3u * wg, t.a3);
+    put_w(lid, t.w0);
+    put_w(lid + wg, t.w1);
+}

@@ -51,14 +51,16 @@ fn load_w(n0: u32, k0: u32, j: u32) -> W8 {
     return z;
 }
 
-fn load_tile(m0: u32, n0: u32, k0: u32, lid: u32) -> Tile {
+// Invocation `lid` of `wg` loads A elements lid + q wg (q < 4) and W runs lid + q wg (q < 2): a
+// 64-row tile with 128 invocations (matmul.wgsl, matmul_coop.wgsl), 128 rows with 256.
+fn load_tile(m0: u32, n0: u32, k0: u32, lid: u32, wg: u32) -> Tile {
     var t: Tile;
     t.a0 = load_a(m0, k0, lid);
-    t.a1 = load_a(m0, k0, lid + 128u);
-    t.a2 = load_a(m0, k0, lid + 256u);
-    t.a3 = load_a(m0, k0, lid + 384u);
+    t.a1 = load_a(m0, k0, lid + wg);
+    t.a2 = load_a(m0, k0, lid + 2u * wg);
+    t.a3 = load_a(m0, k0, lid + 3u * wg);
     t.w0 = load_w(n0, k0, lid);
-    t.w1 = load_w(n0, k0, lid + 128u);
+    t.w1 = load_w(n0, k0, lid + wg);
     return t;
 }
 
