@@ -1,4 +1,5 @@
-// Causal grouped-query attention over the KV cache, one workgroup per (query head, token).
+// Grouped-query attention over the KV cache, one workgroup per (query head, token): causal, or
+// (CAUSAL false, encoders such as EmbeddingGemma) over every token of the step.
 // Keys are visited in chunks of 64 with an online softmax (running max and sum), so the
 // context length is bounded only by the cache, not by workgroup memory.
 
@@ -9,7 +10,8 @@ override CTX: u32;
 override CAP: u32;            // cache slots per KV head: position p lives in slot p % CAP
 override SCALE: f32;
 override SOFTCAP: f32 = 0.0;   // 0: off; else scores = SOFTCAP * tanh(scores / SOFTCAP)
-override WINDOW: u32 = 0u;     // 0: full causal; else only the last WINDOW positions
+override WINDOW: u32 = 0u;     // 0: no window; else keys less than WINDOW positions away
+override CAUSAL: bool = true;  // false: keys after the query too (the step holds the whole input)
 override QSTRIDE: u32;        // floats between tokens' q rows (q sits first in each [q; k; v] row)
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -46,10 +48,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     let kvh = h / (NH / NKV);
     let pos = step.pos0 + t;
-    let end = pos + 1u;
+    var end = pos + 1u;
+    if (!CAUSAL) {
+        end = step.pos0 + step.n_tokens;
+        if (WINDOW > 0u) {
+            end = min(end, pos + WINDOW);
+        }
+    }
     var start = 0u;
-    if (WINDOW > 0u && end > WINDOW) {
-        start = end - WINDOW;
+    if (WINDOW > 0u && pos + 1u > WINDOW) {
+        start = pos + 1u - WINDOW;
     }
     let qbase = t * QSTRIDE + h * HD;
     let obase = (t * NH + h) * HD;

@@ -92,7 +92,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
             let slot = i % TOKEN_SLOTS;
             inflight.push_back((
                 slot,
-                rt.submit_token(feed.take(), slot, Pick { sampled: sampling.is_some(), masked: false })?,
+                rt.submit_token(feed.take(), slot, Pick { sampled: sampling.is_some(), masked: false, hidden: false })?,
             ));
             if inflight.len() > 2 {
                 let (s, sub) = inflight.pop_front().unwrap();
@@ -149,7 +149,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         decode_ms: dec,
         // The median step's (a cache past the model's short-merge depth takes one more a layer).
         dispatches_per_token: rt
-            .dispatches_at(depth + o.gen / 2, Pick { sampled: o.sampling.is_some(), masked: false }),
+            .dispatches_at(depth + o.gen / 2, Pick { sampled: o.sampling.is_some(), masked: false, hidden: false }),
         prefill_dispatches_per_chunk: rt.prefill_dispatches(),
         submits_per_token: 1,
         readbacks_per_token: 1,

@@ -65,13 +65,15 @@ pub struct Engine {
     pub eos_ids: Vec<u32>,
     pub source_name: String,
     /// The tokens whose KV entries are in the cache (valid up to `rt.pos`), for prefix reuse.
-    kv_tokens: Vec<u32>,
+    pub(crate) kv_tokens: Vec<u32>,
     /// Counts `start`s; a generation steps only while it is the latest.
     serial: u64,
     /// The vocabulary as the constraint engine sees it, built on first use.
     vocab_env: Option<crate::constrain::VocabEnv>,
     /// The model's sampling defaults, for the chat API.
     pub sampling_defaults: SamplingDefaults,
+    /// How `embed` turns hidden states into embeddings.
+    pub embedding: std::sync::Arc<crate::embed::Pipeline>,
 }
 
 impl Engine {
@@ -82,8 +84,10 @@ impl Engine {
         eos_ids: Vec<u32>,
         source_name: String,
         sampling_defaults: SamplingDefaults,
+        embedding: crate::embed::Pipeline,
     ) -> Engine {
         Engine {
+            embedding: std::sync::Arc::new(embedding),
             rt,
             tokenizer,
             template,
@@ -110,9 +114,10 @@ impl Engine {
         let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
         let weights =
             weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
+        let embedding = crate::embed::Pipeline::from_gguf(&gguf, &cfg)?;
         let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
         let eos_ids = tokenizer.eos_ids();
-        Ok(Engine::assemble(rt, Some(tokenizer), template, eos_ids, src.source_name(), defaults))
+        Ok(Engine::assemble(rt, Some(tokenizer), template, eos_ids, src.source_name(), defaults, embedding))
     }
 
     /// Load a Hugging Face model folder (config.json + safetensors, tokenizer files optional).
@@ -165,6 +170,7 @@ impl Engine {
             _ => None,
         };
         let model = HfModel::open(files, open).await?;
+        let embedding = crate::embed::Pipeline::from_hf(files, &model.cfg)?;
         let gpu = Gpu::new().await?;
         // Refuse before reading any weight if a tensor is missing or a buffer cannot fit.
         let total = model.check_fits(&gpu, opts.quantize)?;
@@ -181,7 +187,7 @@ impl Engine {
         let rt = Runtime::new(gpu, model.cfg, weights, opts, progress)?;
         let defaults =
             files.generation_config.as_deref().map(SamplingDefaults::from_generation_config).unwrap_or_default();
-        Ok(Engine::assemble(rt, tokenizer, template, eos_ids, source_name, defaults))
+        Ok(Engine::assemble(rt, tokenizer, template, eos_ids, source_name, defaults, embedding))
     }
 
     /// Load a GGUF file or a Hugging Face model folder from disk.
@@ -220,6 +226,7 @@ impl Engine {
             "dispatchesPerToken": self.rt.decode_dispatches(),
             "eosIds": self.eos_ids,
             "hasChatTemplate": self.template.is_some(),
+            "embedding": self.embedding.info(self.rt.cfg.hidden),
         })
     }
 
@@ -272,6 +279,12 @@ impl Engine {
     /// call `step` until it returns `None`. A later `start` ends this generation.
     pub async fn start(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation> {
         opts.validate()?;
+        if !self.rt.cfg.causal {
+            return Err(Error::Unsupported(format!(
+                "{} attends bidirectionally (an embedding model): it makes embeddings, not text",
+                self.source_name
+            )));
+        }
         if let Some(&(id, _)) = opts.sampling.logit_bias.iter().find(|(id, _)| *id as usize >= self.rt.cfg.vocab) {
             return Err(Error::InvalidOption(format!(
                 "logit bias names token {id}, outside the vocabulary ({} tokens)",
@@ -402,7 +415,7 @@ impl Engine {
             }
             // A constraint's next mask depends on the token just chosen: no steps queued ahead.
             let depth = if g.constraint.is_some() { 1 } else { PIPELINE_DEPTH };
-            let pick = Pick { sampled: g.gpu_sampled, masked: g.constraint.is_some() };
+            let pick = Pick { sampled: g.gpu_sampled, masked: g.constraint.is_some(), hidden: false };
             while g.inflight.len() < depth
                 && g.tokens.len() + g.inflight.len() < g.max_tokens
                 && self.rt.pos < self.rt.context
@@ -442,7 +455,7 @@ impl Engine {
     /// Dispatches of one of this generation's decode steps (sampling on the GPU takes more than
     /// argmax), for its stats.
     pub fn dispatches_of(&self, g: &Generation) -> usize {
-        let pick = Pick { sampled: g.gpu && g.gpu_sampled, masked: g.gpu && g.constraint.is_some() };
+        let pick = Pick { sampled: g.gpu && g.gpu_sampled, masked: g.gpu && g.constraint.is_some(), hidden: false };
         self.rt.dispatches_at(self.rt.pos, pick)
     }
 

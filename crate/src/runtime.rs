@@ -53,6 +53,27 @@ pub struct Runtime {
     max_batch_opt: usize,
     /// `ModelConfig::rope_table_key` of the rotary table in `bufs.rope`.
     pub(crate) rope_key: usize,
+    /// Readback of a prefill chunk's hidden states (`hidden_states`), made on first use.
+    hidden_readback: Option<wgpu::Buffer>,
+}
+
+/// What a step copies out besides its token: nothing, the logits, or the hidden states of its
+/// tokens (`Pick::hidden`).
+#[derive(Clone, Copy, PartialEq)]
+enum CopyOut {
+    Nothing,
+    Logits,
+    Hidden,
+}
+
+/// Tokens one prefill step takes: the caller's batch, at most the context; a bidirectional
+/// model's whole input must be one step (its tokens all see each other), so the whole context.
+fn batch_for(cfg: &ModelConfig, max_batch: usize, context: usize) -> usize {
+    if cfg.causal {
+        max_batch.min(context)
+    } else {
+        context
+    }
 }
 
 impl Runtime {
@@ -69,7 +90,7 @@ impl Runtime {
             Some(c) => c,
             None => cfg.context_train.clamp(1, 4096),
         };
-        let max_batch = opts.max_batch.min(context);
+        let max_batch = batch_for(&cfg, opts.max_batch, context);
         let bufs = Buffers::new(&gpu, &cfg, max_batch, context)?;
         progress("compile", 0, 2);
         let decode = forward::build(&gpu, &cfg, &weights, &bufs, context, false)?;
@@ -95,6 +116,7 @@ impl Runtime {
             context_fixed: opts.context_length.is_some(),
             max_batch_opt: opts.max_batch,
             rope_key,
+            hidden_readback: None,
         })
     }
 
@@ -102,7 +124,7 @@ impl Runtime {
     /// The cached positions are copied over (so a longer chat keeps its prefix), unless the
     /// rotary table they were computed with is not the one a fresh cache starts with.
     pub fn grow_context(&mut self, context: usize) -> Result<()> {
-        let max_batch = self.max_batch_opt.min(context);
+        let max_batch = batch_for(&self.cfg, self.max_batch_opt, context);
         let bufs = Buffers::new(&self.gpu, &self.cfg, max_batch, context)?;
         let decode = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, false)?;
         let prefill = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, true)?;
@@ -127,6 +149,7 @@ impl Runtime {
             self.gpu.queue.submit([enc.finish()]);
         }
         (self.bufs, self.decode, self.prefill) = (bufs, decode, prefill);
+        self.hidden_readback = None;
         (self.context, self.max_batch, self.pos) = (context, max_batch, keep);
         self.rope_key = fresh_key;
         self.gpu.check()
@@ -148,15 +171,15 @@ impl Runtime {
     /// Record and submit one step over `ids` (or, with `None`, over the token the GPU sampled
     /// in the previous step), copying the sampled token to readback `slot` and, if asked, the
     /// logits to the logits readback buffer.
-    fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy_logits: bool, pick: Pick) -> wgpu::SubmissionIndex {
-        self.submit_timed(ids, slot, copy_logits, pick, None)
+    fn submit(&mut self, ids: Option<&[u32]>, slot: usize, copy: CopyOut, pick: Pick) -> wgpu::SubmissionIndex {
+        self.submit_timed(ids, slot, copy, pick, None)
     }
 
     fn submit_timed(
         &mut self,
         ids: Option<&[u32]>,
         slot: usize,
-        copy_logits: bool,
+        copy: CopyOut,
         pick: Pick,
         timer: Option<&Timer>,
     ) -> wgpu::SubmissionIndex {
@@ -174,15 +197,24 @@ impl Runtime {
                 end_of_pass_write_index: Some(1),
             });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
-            let program = if n == 1 { &self.decode } else { &self.prefill };
+            let program = if n == 1 && !pick.hidden { &self.decode } else { &self.prefill };
             program.record(&mut pass, n, self.pos as u32, pick);
         }
         if let Some(t) = timer {
             enc.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);
             enc.copy_buffer_to_buffer(&t.resolve, 0, &t.readback, 0, 16);
         }
-        if copy_logits {
-            enc.copy_buffer_to_buffer(&self.bufs.logits, 0, &self.readback, 0, self.cfg.vocab as u64 * 4);
+        match copy {
+            CopyOut::Nothing => {}
+            CopyOut::Logits => {
+                enc.copy_buffer_to_buffer(&self.bufs.logits, 0, &self.readback, 0, self.cfg.vocab as u64 * 4)
+            }
+            CopyOut::Hidden => {
+                let bytes = n as u64 * self.cfg.hidden as u64 * 4;
+                if let Some(rb) = &self.hidden_readback {
+                    enc.copy_buffer_to_buffer(&self.bufs.xn, 0, rb, 0, bytes);
+                }
+            }
         }
         enc.copy_buffer_to_buffer(&self.bufs.tokens, slot as u64 * 4, &self.token_readback[slot], 0, 4);
         self.pos += n as usize;
@@ -215,7 +247,8 @@ impl Runtime {
         let chunks: Vec<&[u32]> = ids.chunks(self.max_batch).collect();
         let mut last = None;
         for (i, chunk) in chunks.iter().enumerate() {
-            last = Some(self.submit(Some(chunk), 0, i + 1 == chunks.len(), Pick::GREEDY));
+            let copy = if i + 1 == chunks.len() { CopyOut::Logits } else { CopyOut::Nothing };
+            last = Some(self.submit(Some(chunk), 0, copy, Pick::GREEDY));
         }
         let bytes = self.gpu.read_mapped_after(&self.readback, self.cfg.vocab as u64 * 4, last).await?;
         let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
@@ -235,7 +268,37 @@ impl Runtime {
         } else if self.pos + 1 > self.context {
             return Err(Error::ContextOverflow { tokens: self.pos + 1, max_new: 0, context: self.context });
         }
-        Ok(self.submit(first.as_ref().map(std::slice::from_ref), slot, false, pick))
+        Ok(self.submit(first.as_ref().map(std::slice::from_ref), slot, CopyOut::Nothing, pick))
+    }
+
+    /// The final-norm hidden states of `ids` run from position 0 (`[token][hidden]`), for
+    /// embeddings: no LM head runs. Long inputs of causal models go through in chunks; a
+    /// bidirectional model's input must fit one step (`max_batch`). Leaves the cache holding
+    /// `ids`.
+    pub async fn hidden_states(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        self.pos = 0;
+        self.check_ids(ids)?;
+        if ids.len() > self.max_batch && !self.cfg.causal {
+            return Err(Error::ContextOverflow { tokens: ids.len(), max_new: 0, context: self.max_batch });
+        }
+        self.prepare_rope(ids.len());
+        let h = self.cfg.hidden;
+        let bytes = (self.max_batch * h * 4) as u64;
+        if self.hidden_readback.as_ref().is_none_or(|b| b.size() < bytes) {
+            self.hidden_readback = Some(self.gpu.readback_buffer("hidden readback", bytes));
+        }
+        let mut out = Vec::with_capacity(ids.len() * h);
+        for chunk in ids.chunks(self.max_batch) {
+            let sub = self.submit(Some(chunk), 0, CopyOut::Hidden, Pick::HIDDEN);
+            let len = (chunk.len() * h * 4) as u64;
+            let rb = self.hidden_readback.as_ref().expect("made above");
+            let bytes = self.gpu.read_mapped_after(rb, len, Some(sub)).await?;
+            out.extend_from_slice(&bytemuck::pod_collect_to_vec::<u8, f32>(&bytes));
+        }
+        if out.iter().any(|v| !v.is_finite()) {
+            return Err(Error::Gpu("the model produced non-finite hidden states (NaN or infinity)".into()));
+        }
+        Ok(out)
     }
 
     /// The tokens the next masked step may choose: one bit per token id (`cfg.vocab` bits).
@@ -272,7 +335,7 @@ impl Runtime {
             return Ok(None);
         }
         let timer = Timer::new(&self.gpu);
-        let sub = self.submit_timed(None, 0, false, Pick::GREEDY, Some(&timer));
+        let sub = self.submit_timed(None, 0, CopyOut::Nothing, Pick::GREEDY, Some(&timer));
         let bytes = self.gpu.read_mapped_after(&timer.readback, 16, Some(sub)).await?;
         let t: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
         let ns = t[1].saturating_sub(t[0]) as f64 * self.gpu.queue.get_timestamp_period() as f64;

@@ -33,6 +33,27 @@ enum Cmd {
         #[arg(long, required = true)]
         request: Vec<String>,
     },
+    /// Embed texts with the model's sentence-transformers pipeline (modules.json), a GGUF's
+    /// pooling type, or last-token (causal) / mean (bidirectional) pooling, normalized. Prints one
+    /// embedding per line, or with --json the OpenAI `embeddings.create` response.
+    Embed {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// A text to embed; repeatable. `-` reads one text per line from stdin.
+        #[arg(long, required = true)]
+        text: Vec<String>,
+        /// One of the model's named prompts (config_sentence_transformers.json), e.g. query.
+        #[arg(long)]
+        prompt_name: Option<String>,
+        /// An instruction put before every text (wins over --prompt-name).
+        #[arg(long)]
+        prompt: Option<String>,
+        /// Keep the first N dimensions (Matryoshka), re-normalized when the model normalizes.
+        #[arg(long)]
+        dimensions: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Tokenize text like HF `tokenizer(text, add_special_tokens=False)`.
     Tokenize {
         #[arg(long)]
@@ -227,6 +248,9 @@ fn main() {
         Cmd::Generate(a) => generate(a),
         Cmd::Chat(a) => chat(a),
         Cmd::ChatCompletion { model, request } => chat_completion(&model, &request),
+        Cmd::Embed { model, text, prompt_name, prompt, dimensions, json } => {
+            embed(&model, text, prompt_name, prompt, dimensions, json)
+        }
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
         Cmd::Inspect { model, json } => inspect(&model, json),
         Cmd::Bench { model, prompt_len, gen, depth, reps, sampling, json } => {
@@ -458,6 +482,40 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
             let r = block_on(run.complete(&mut engine))?;
             let _ = writeln!(out, "{r}");
         }
+    }
+    Ok(())
+}
+
+fn embed(
+    m: &ModelArgs,
+    texts: Vec<String>,
+    prompt_name: Option<String>,
+    prompt: Option<String>,
+    dimensions: Option<usize>,
+    json: bool,
+) -> Result<()> {
+    let mut all = Vec::new();
+    for t in texts {
+        if t == "-" {
+            for line in std::io::stdin().lock().lines() {
+                all.push(line.map_err(|e| Error::io("stdin", e))?);
+            }
+        } else {
+            all.push(t);
+        }
+    }
+    let req =
+        ferrolm::embed::EmbedRequest { prompt_name, prompt, dimensions, ..ferrolm::embed::EmbedRequest::texts(all) };
+    let mut engine = load(m, json)?;
+    let r = block_on(engine.embed(&req))?;
+    if json {
+        println!("{r}");
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    for d in r["data"].as_array().into_iter().flatten() {
+        let v: Vec<String> = d["embedding"].as_array().into_iter().flatten().map(|x| x.to_string()).collect();
+        writeln!(out, "{}", v.join(" ")).map_err(|e| Error::io("stdout", e))?;
     }
     Ok(())
 }

@@ -57,9 +57,15 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// Norms after attention and after the FFN, before the residual add (Gemma 2/3).
     pub post_norms: bool,
-    /// Sliding window in positions (0: none) and which layers use it.
+    /// Sliding window in positions (0: none) and which layers use it. Causal models: a query
+    /// sees the last `sliding_window` positions up to itself; bidirectional ones: every position
+    /// less than `sliding_window` away on either side.
     pub sliding_window: usize,
     pub layer_sliding: Vec<bool>,
+    /// Queries see only earlier positions. `false` for bidirectional encoders (EmbeddingGemma):
+    /// every token sees the whole input, which then goes through in one prefill step and cannot
+    /// generate.
+    pub causal: bool,
 }
 
 /// How transformers' `dynamic_rope_update` changes the rotary frequencies of full-attention layers
@@ -198,6 +204,7 @@ impl ModelConfig {
             o_bias: g.tensor("blk.0.attn_output.bias").is_some(),
             mlp_bias: g.tensor("blk.0.ffn_down.bias").is_some(),
             tied_embeddings: g.tensor("output.weight").is_none(),
+            causal: g.get_bool(&k("attention.causal"))?.unwrap_or(true),
         };
         let mut cfg = cfg;
         if arch == "gemma3" {
@@ -394,8 +401,14 @@ impl ModelConfig {
             qk_norm: h.qk_norm,
             // Gemma 1 has Llama's two norms per layer; Gemma 2/3 add the post-norms.
             post_norms: gemma && family != "gemma",
-            sliding_window: h.sliding_window.unwrap_or(0) as usize,
+            // transformers turns a bidirectional model's window W into |i - j| < W / 2 + 1
+            // (Gemma3TextConfig.__post_init__); config.json keeps W.
+            sliding_window: match (h.sliding_window, h.bidirectional) {
+                (Some(w), true) => w as usize / 2 + 1,
+                (w, _) => w.unwrap_or(0) as usize,
+            },
             layer_sliding,
+            causal: !h.bidirectional,
         };
         cfg.validate()?;
         Ok(cfg)

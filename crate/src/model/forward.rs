@@ -111,23 +111,33 @@ struct Op {
     pick: Option<bool>,
     /// Recorded only in steps whose token a constraint masks (`Pick::masked`).
     masked: bool,
+    /// `Some(hidden)`: recorded only in steps that end with the hidden states (`true`) or with
+    /// the LM head (`false`); `None`: in both.
+    head: Option<bool>,
 }
 
 /// How a decode step chooses its token: by argmax, or by the GPU sampler (`sampled`), which
-/// then also applies a constraint's mask of allowed tokens (`masked`).
+/// then also applies a constraint's mask of allowed tokens (`masked`). A prefill step with
+/// `hidden` ends with the final norm of every token in `Buffers::xn` (embeddings) instead of
+/// the LM head.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pick {
     pub sampled: bool,
     pub masked: bool,
+    pub hidden: bool,
 }
 
 impl Pick {
-    pub const GREEDY: Pick = Pick { sampled: false, masked: false };
+    pub const GREEDY: Pick = Pick { sampled: false, masked: false, hidden: false };
+    pub const HIDDEN: Pick = Pick { sampled: false, masked: false, hidden: true };
 }
 
 impl Op {
     fn runs(&self, t: u32, pos: u32, short_max: u32, pick: Pick) -> bool {
-        self.when.at(t, pos, short_max) && self.pick.is_none_or(|p| p == pick.sampled) && (!self.masked || pick.masked)
+        self.when.at(t, pos, short_max)
+            && self.pick.is_none_or(|p| p == pick.sampled)
+            && (!self.masked || pick.masked)
+            && self.head.is_none_or(|h| h == pick.hidden)
     }
 }
 
@@ -350,6 +360,8 @@ struct Builder<'a> {
     pick: Option<bool>,
     /// Dispatches pushed now run only in masked steps (`Op::masked`).
     masked: bool,
+    /// Hidden-state or LM-head dispatches pushed now (`Op::head`).
+    head: Option<bool>,
     /// While `lm_head` records one row range of a `StreamedMatrix`: its matvec.wgsl constants
     /// (ROW0, Y_ROWS, WG0).
     row_range: Vec<(&'static str, f64)>,
@@ -385,7 +397,8 @@ impl Builder<'_> {
             layout: &pipeline.layout,
             entries: &entries,
         });
-        self.ops.push(Op { label, pipeline, bind, grid, when: self.when, pick: self.pick, masked: self.masked });
+        let (when, pick, masked, head) = (self.when, self.pick, self.masked, self.head);
+        self.ops.push(Op { label, pipeline, bind, grid, when, pick, masked, head });
     }
 
     /// How a decode matvec over rows of `k` elements of `layout` stages its activation vector in
@@ -611,6 +624,7 @@ pub fn build(
         when: When::Always,
         pick: None,
         masked: false,
+        head: None,
         row_range: Vec::new(),
         too_big: Default::default(),
     };
@@ -714,6 +728,8 @@ pub fn build(
             ("QSTRIDE", (qd + 2 * kvd) as f64),
         ];
         if batched {
+            let mut attn = attn.to_vec();
+            attn.push(("CAUSAL", b(cfg.causal)));
             p.push(
                 "attention",
                 Kernel::Attention,
@@ -781,6 +797,11 @@ pub fn build(
             p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);
         }
     }
+    if batched {
+        p.head = Some(true);
+        p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xn, false, false);
+    }
+    p.head = Some(false);
     let parts = if batched {
         p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xlast, true, false);
         p.lm_head(w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, false)

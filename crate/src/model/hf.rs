@@ -46,6 +46,8 @@ pub struct HfFiles {
     /// tokenizer_config.json; when both exist, this file wins, as in transformers).
     pub chat_template: Option<String>,
     pub index: Option<Vec<u8>>,
+    /// sentence-transformers files (`modules.json` and what it names), for embeddings.
+    pub st: Option<crate::embed::StFiles>,
 }
 
 /// The optional files of a model folder besides the weights, in the order they are looked for.
@@ -632,5 +634,23 @@ pub fn read_dir_files(dir: &std::path::Path) -> Result<HfFiles> {
         tokenizer_config: read("tokenizer_config.json")?,
         chat_template: read("chat_template.jinja")?,
         index: read(crate::weights::safetensors::INDEX_FILE)?.map(String::into_bytes),
+        st: read_st_files(dir, &read)?,
     })
+}
+
+/// A folder's sentence-transformers files, if it has `modules.json`.
+#[cfg(not(target_arch = "wasm32"))]
+fn read_st_files(
+    dir: &std::path::Path,
+    read: &dyn Fn(&str) -> Result<Option<String>>,
+) -> Result<Option<crate::embed::StFiles>> {
+    let [modules, config, sbert] = crate::embed::ST_FILES;
+    let Some(modules) = read(modules)? else { return Ok(None) };
+    let mut module_files = Vec::new();
+    for path in crate::embed::module_files(&modules)? {
+        let p = dir.join(&path);
+        let bytes = std::fs::read(&p).map_err(|e| Error::io(p.display().to_string(), e))?;
+        module_files.push((path, bytes));
+    }
+    Ok(Some(crate::embed::StFiles { modules, config: read(config)?, sbert: read(sbert)?, module_files }))
 }

@@ -44,6 +44,8 @@ pub struct HfConfig {
     /// The outer model_type when the text config was nested under `text_config`.
     pub outer_model_type: Option<String>,
     pub architectures: Vec<String>,
+    /// `use_bidirectional_attention` (EmbeddingGemma): no causal mask.
+    pub bidirectional: bool,
     pub hidden_size: usize,
     pub intermediate_size: usize,
     pub num_hidden_layers: usize,
@@ -225,6 +227,7 @@ impl HfConfig {
         let cfg = HfConfig {
             outer_model_type,
             architectures: o.strs("architectures")?.unwrap_or_default(),
+            bidirectional: o.bool("use_bidirectional_attention")?.unwrap_or(false),
             hidden_size,
             intermediate_size: o.need("intermediate_size", bounds::FFN)?,
             num_hidden_layers,

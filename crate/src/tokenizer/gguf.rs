@@ -222,6 +222,7 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
     let add_bos = g.get_bool("tokenizer.ggml.add_bos_token").map_err(meta)?.unwrap_or(add_bos_default);
     let eos_ids = collect_eos_ids(eos, &eot, &tokens, |i| ty(i as usize) == CONTROL);
     let mut tok = Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids);
+    tok.set_add_eos(g.get_bool("tokenizer.ggml.add_eos_token").map_err(meta)?.unwrap_or(false));
     if prefix_leading_space {
         tok.prefix_leading_space();
     }

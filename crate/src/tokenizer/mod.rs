@@ -58,6 +58,9 @@ struct Inner {
     prefix_leading_space: bool,
     /// The vocabulary spells bytes GPT-2's way (computed on first use).
     byte_level: std::sync::OnceLock<bool>,
+    /// Special ids the tokenizer puts before and after a text encoded "with special tokens"
+    /// (what sentence-transformers feeds an embedding model; `encode_wrapped`).
+    wrap: (Vec<u32>, Vec<u32>),
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -122,7 +125,20 @@ impl Tokenizer {
         let specials: Vec<u32> =
             hf.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
         let eos_ids = collect_eos_ids(eos, &[], &tokens, |id| specials.contains(&id));
-        Ok(Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids))
+        // transformers 5 rebuilds the post-processor as [bos] $A [eos] when tokenizer_config.json
+        // names either flag (TokenizersBackend.update_post_processor); else tokenizer.json's own
+        // post-processor decides.
+        let flag = |k: &str| config.get(k).map(|v| v.as_bool().unwrap_or(false));
+        let wrap = match (flag("add_bos_token"), flag("add_eos_token")) {
+            (None, None) => probe_wrap(&hf),
+            (b, e) => (
+                bos.filter(|_| b == Some(true)).into_iter().collect(),
+                eos.filter(|_| e == Some(true)).into_iter().collect(),
+            ),
+        };
+        let mut tok = Tokenizer::assemble(hf, tokens, bos, eos, add_bos, eos_ids);
+        Arc::get_mut(&mut tok.inner).expect("not shared yet").wrap = wrap;
+        Ok(tok)
     }
 
     fn assemble(
@@ -143,12 +159,36 @@ impl Tokenizer {
                 eos_ids,
                 prefix_leading_space: false,
                 byte_level: Default::default(),
+                wrap: (bos.filter(|_| add_bos).into_iter().collect(), Vec::new()),
             }),
         }
     }
 
     fn prefix_leading_space(&mut self) {
         Arc::get_mut(&mut self.inner).expect("not shared yet").prefix_leading_space = true;
+    }
+
+    /// GGUF: llama.cpp appends EOS to embedding inputs when `tokenizer.ggml.add_eos_token` says so.
+    pub(crate) fn set_add_eos(&mut self, add: bool) {
+        let inner = Arc::get_mut(&mut self.inner).expect("not shared yet");
+        inner.wrap.1 = inner.eos.filter(|_| add).into_iter().collect();
+    }
+
+    /// Ids for `text` as a model's tokenizer gives them "with special tokens" (the BOS/EOS or
+    /// other ids its post-processor adds around it), the text cut to fit `max_len` in all, the
+    /// added ids kept: what transformers' `tokenizer(text, truncation=True, max_length=...)` gives.
+    pub fn encode_wrapped(&self, text: &str, max_len: usize) -> Result<Vec<u32>> {
+        let (pre, post) = &self.inner.wrap;
+        let mut body = self.encode(text)?;
+        body.truncate(max_len.saturating_sub(pre.len() + post.len()));
+        Ok([&pre[..], &body, &post[..]].concat())
+    }
+
+    /// Whether `id` is a special token (added tokens marked special; BOS/EOS).
+    pub fn is_special(&self, id: u32) -> bool {
+        Some(id) == self.inner.bos
+            || Some(id) == self.inner.eos
+            || self.inner.hf.get_added_tokens_decoder().get(&id).is_some_and(|t| t.special)
     }
 
     /// Token ids for `text`, nothing added (no BOS); special-token text such as `<|im_start|>` is
@@ -309,4 +349,17 @@ fn collect_eos_ids(
     let mut seen = std::collections::HashSet::new();
     out.retain(|id| seen.insert(*id));
     out
+}
+
+/// The ids a tokenizer.json's post-processor adds around a single text: found by encoding a
+/// probe text with and without special tokens.
+fn probe_wrap(hf: &tokenizers::Tokenizer) -> (Vec<u32>, Vec<u32>) {
+    let (Ok(plain), Ok(full)) = (hf.encode_fast("a", false), hf.encode_fast("a", true)) else {
+        return (Vec::new(), Vec::new());
+    };
+    let (plain, full) = (plain.get_ids(), full.get_ids());
+    match (0..=full.len().saturating_sub(plain.len())).find(|&i| full[i..].starts_with(plain)) {
+        Some(i) if !plain.is_empty() => (full[..i].to_vec(), full[i + plain.len()..].to_vec()),
+        _ => (Vec::new(), Vec::new()),
+    }
 }
