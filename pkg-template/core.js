@@ -31,6 +31,9 @@ export function initWasm(wasm) {
 }
 
 // Engines of the current module instance, and whoever wants to hear of a crash (worker.js).
+// Inputs per call into the engine for embeddings.create: a signal is seen between calls.
+const EMBED_BATCH = 16;
+
 const live = new Set();
 const crashListeners = new Set();
 
@@ -176,6 +179,7 @@ export class LocalEngine {
       chunkSize: o.chunkSize,
       Hasher: mod.Sha256Hasher,
       signal: o.signal,
+      modelPaths: o.modelPaths,
     };
     const what = await resolveModel(o.model, o.format ?? 'auto', srcOpts);
     const opts = JSON.stringify({ contextLength: o.contextLength, maxBatch: o.maxBatch, quantize: o.quantize ?? undefined });
@@ -208,6 +212,12 @@ export class LocalEngine {
         // a large tokenizer.json), then back to three chunks for the weights.
         folder.pool.max = 8;
         await Promise.all(Object.entries(HF_TEXT_FILES).map(async ([k, name]) => { texts[k] = await folder.text(name, { optional: true }); }));
+        // A sentence-transformers folder: the module files its modules.json names (pooling and
+        // dense configs, dense weights), for embeddings.
+        if (texts.stModules) {
+          texts.moduleFiles = {};
+          for (const path of mod.stModuleFiles(texts.stModules)) texts.moduleFiles[path] = await folder.bytes(path);
+        }
         folder.pool.max = 3;
         // Progress total before every shard is open: the text files plus the index's total_size.
         let hint = 0;
@@ -377,6 +387,43 @@ export class LocalEngine {
         emit(JSON.parse(c));
       }
       return JSON.parse(await this.call((w) => w.chatUsage()));
+    } finally {
+      this.genLock.release();
+    }
+  }
+
+  /**
+   * OpenAI embeddings for `req` (without `signal`): the inputs go to the engine in batches of
+   * EMBED_BATCH, so `signal` takes effect between batches and `emit({done, total})` reports
+   * progress. Resolves to the `list` object with every input's embedding.
+   */
+  async embed(req, emit = () => {}, signal) {
+    if (signal?.aborted) throw abortReason(signal);
+    await this.genLock.acquire(signal);
+    try {
+      const single = typeof req.input === 'string' || (Array.isArray(req.input) && req.input.length > 0 && typeof req.input[0] === 'number');
+      const items = single || !Array.isArray(req.input) ? null : req.input;
+      if (!items || items.length <= EMBED_BATCH) {
+        if (signal?.aborted) throw abortReason(signal);
+        const r = JSON.parse(await this.call((w) => w.embed(JSON.stringify(req))));
+        emit({ done: r.data.length, total: r.data.length });
+        return r;
+      }
+      let out = null;
+      for (let i = 0; i < items.length; i += EMBED_BATCH) {
+        if (signal?.aborted) throw abortReason(signal);
+        const body = JSON.stringify({ ...req, input: items.slice(i, i + EMBED_BATCH) });
+        const r = JSON.parse(await this.call((w) => w.embed(body)));
+        for (const d of r.data) d.index += i;
+        if (!out) out = r;
+        else {
+          out.data.push(...r.data);
+          out.usage.prompt_tokens += r.usage.prompt_tokens;
+          out.usage.total_tokens += r.usage.total_tokens;
+        }
+        emit({ done: out.data.length, total: items.length });
+      }
+      return out;
     } finally {
       this.genLock.release();
     }

@@ -11,11 +11,22 @@ export const HF_TEXT_FILES = {
   tokenizerConfig: 'tokenizer_config.json',
   chatTemplate: 'chat_template.jinja',
   index: 'model.safetensors.index.json',
+  // sentence-transformers (embeddings): the module list and its settings.
+  stModules: 'modules.json',
+  stConfig: 'config_sentence_transformers.json',
+  sbertConfig: 'sentence_bert_config.json',
 };
 
 /** A file name from a folder listing or an index: used to build a URL, so no paths. */
 export function plainFileName(s) {
   return typeof s === 'string' && s !== '' && s !== '.' && s !== '..' && !/[/\\\0:]/.test(s) && !s.startsWith('~');
+}
+
+/** A file name, or one inside a sub-folder (`1_Pooling/config.json`): each part a plain name. */
+export function plainPath(s) {
+  if (typeof s !== 'string') return false;
+  const parts = s.split('/');
+  return parts.length <= 2 && parts.every(plainFileName);
 }
 
 /**
@@ -77,18 +88,23 @@ export class ModelFolder {
   /** A folder of local Files (a directory picker's FileList or an array of Files). */
   static fromFiles(list, opts) {
     const files = new Map();
-    const depth = (file) => (file.webkitRelativePath || file.name).split('/').length;
+    const paths = new Map();
+    [...list].forEach((f, i) => paths.set(f, (f && f.webkitRelativePath) || opts.modelPaths?.[i] || ''));
+    const depth = (file) => (paths.get(file) || file.name).split('/').length;
     for (const file of list) {
       if (!(file instanceof Blob) || !file.name) throw namedError('InvalidOptionError', 'createEngine: `model` as a list must hold Files');
       const prev = files.get(file.name);
       if (!prev || depth(file) < depth(prev)) files.set(file.name, file); // the top-level copy wins
+      // Files in sub-folders (sentence-transformers modules) also by their path below the top.
+      const parts = paths.get(file).split('/');
+      if (parts.length === 3) files.set(parts.slice(1).join('/'), file);
     }
-    const top = [...files.values()].map((x) => x.webkitRelativePath || '').find((p) => p.includes('/'));
+    const top = [...paths.values()].find((p) => p.includes('/'));
     return new ModelFolder(null, { ...opts, cache: 'none', files, name: top ? top.split('/')[0] : 'model folder' });
   }
 
   // Escaped: '%', '?' and '#' are legal in a file name and must not change the URL's meaning.
-  url(name) { return new URL(encodeURIComponent(name), this.base).href; }
+  url(name) { return new URL(name.split('/').map(encodeURIComponent).join('/'), this.base).href; }
 
   sha256For(name) {
     const s = this.opts.sha256;
@@ -106,7 +122,7 @@ export class ModelFolder {
    */
   async source(name, { optional = false } = {}) {
     if (this.sources.has(name)) return this.sources.get(name);
-    if (!plainFileName(name)) throw namedError('ModelFormatError', `${this.name}: ${JSON.stringify(name)} is not a plain file name`);
+    if (!plainPath(name)) throw namedError('ModelFormatError', `${this.name}: ${JSON.stringify(name)} is not a plain file name`);
     const missing = () => namedError('DownloadError', `${this.name}: the folder has no ${name}`);
     if (this.files) {
       const file = this.files.get(name);
@@ -147,6 +163,12 @@ export class ModelFolder {
     if (!s) return null;
     const bytes = await s.read(0, s.size);
     return new TextDecoder().decode(bytes);
+  }
+
+  /** The whole content of `name` as bytes. */
+  async bytes(name) {
+    const s = await this.source(name);
+    return s.read(0, s.size);
   }
 
   /** The byte source the engine reads a weight file through; remembers a failure for the caller. */

@@ -248,6 +248,33 @@ export interface ChatCompletionChunk {
 
 export type ChatCompletionStream = AsyncIterableIterator<ChatCompletionChunk> & { result: Promise<ChatCompletion> };
 
+/** OpenAI's embeddings.create request, plus ferrolm's `prompt_name` / `prompt`. */
+export interface EmbeddingRequest {
+  /** A text, texts, token ids, or arrays of token ids (used as given: no special tokens added). */
+  input: string | string[] | number[] | number[][];
+  model?: string;
+  /** Keep the first N dimensions (Matryoshka), re-normalized when the model normalizes. */
+  dimensions?: number;
+  /** 'float' (default) or 'base64' (little-endian float32 bytes). */
+  encoding_format?: 'float' | 'base64';
+  user?: string;
+  /** ferrolm: one of the model's named prompts (config_sentence_transformers.json), e.g. 'query'. */
+  prompt_name?: string;
+  /** ferrolm: an instruction put before every text; wins over `prompt_name`. */
+  prompt?: string;
+  /** Aborts between batches of 16 inputs. */
+  signal?: AbortSignal;
+  /** Inputs embedded so far. */
+  onProgress?: (p: { done: number; total: number }) => void;
+}
+
+export interface EmbeddingResponse {
+  object: 'list';
+  data: Array<{ object: 'embedding'; index: number; embedding: number[] | string }>;
+  model: string;
+  usage: { prompt_tokens: number; total_tokens: number };
+}
+
 export interface EngineInfo {
   source: string;
   adapter: {
@@ -266,6 +293,13 @@ export interface EngineInfo {
   dispatchesPerToken: number;
   eosIds: number[];
   hasChatTemplate: boolean;
+  /** How embeddings.create pools: from the folder's sentence-transformers modules, a GGUF's
+   *  pooling_type, or the defaults (last token for causal models, mean for bidirectional). */
+  embedding: {
+    dimensions: number; pooling: string[]; includePrompt: boolean; dense: Array<[number, number]>;
+    normalize: boolean; prompts: Record<string, string>; defaultPromptName: string | null;
+    maxSeqLength: number | null; source: 'sentence-transformers' | 'gguf' | 'default';
+  };
   /** The engine's GPU device among those this page or worker opened. */
   deviceId: number;
   /** From navigator.gpu.requestAdapter() (vendor/architecture/description, features, limits). */
@@ -299,6 +333,10 @@ export interface Engine extends EventTarget {
       create(req: ChatCompletionRequest & { stream?: false | null }): Promise<ChatCompletion>;
       create(req: ChatCompletionRequest): Promise<ChatCompletion | ChatCompletionStream>;
     };
+  };
+  /** Text embeddings (no LM head runs). A bidirectional model (EmbeddingGemma) only embeds. */
+  embeddings: {
+    create(req: EmbeddingRequest): Promise<EmbeddingResponse>;
   };
   unload(): Promise<void>;
 }

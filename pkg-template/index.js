@@ -96,6 +96,25 @@ class Engine extends EventTarget {
         create(req) { return self._chatCreate(req); },
       },
     };
+    this.embeddings = {
+      create(req) { return self._embedCreate(req); },
+    };
+  }
+
+  /**
+   * OpenAI's embeddings.create: `{input}` (a string, an array of strings, token ids or arrays of
+   * them) plus `dimensions`, `encoding_format`, and ferrolm's `prompt_name` / `prompt`; `signal`
+   * aborts between batches of inputs, `onProgress({done, total})` reports inputs embedded.
+   */
+  async _embedCreate(req) {
+    if (!req || typeof req !== 'object' || Array.isArray(req)) {
+      throw typedError('InvalidOptionError', 'embeddings.create: expected a request object {input, ...}');
+    }
+    const { signal, onProgress, ...body } = req;
+    if (signal?.aborted) throw abortReason(signal);
+    const r = await this._b.embed(body, typeof onProgress === 'function' ? onProgress : () => {}, signal);
+    if (signal?.aborted) throw abortReason(signal);
+    return r;
   }
 
   /** Token ids of `text` (no BOS added). */
@@ -238,6 +257,7 @@ class WorkerBackend {
   }
   run(input, options, emit, signal) { return this.streamed({ op: 'generate', input, options }, emit, signal); }
   chat(req, chatId, emit, signal) { return this.streamed({ op: 'chat', req, chatId }, emit, signal); }
+  embed(req, emit, signal) { return this.streamed({ op: 'embed', req }, emit, signal); }
   async unload() {
     if (this.dead) return;
     const gone = typedError('EngineUnloadedError', 'the engine was unloaded');
@@ -261,6 +281,7 @@ class LocalBackend {
   decode(ids) { return this.e.decode(ids); }
   run(input, options, emit, signal) { return this.e.run(input, options, emit, signal); }
   chat(req, id, emit, signal) { return this.e.chat(req, id, emit, signal); }
+  embed(req, emit, signal) { return this.e.embed(req, emit, signal); }
   unload() { return this.e.unload(); }
   crashForTesting() { return this.e.crashForTesting(); }
   loseDeviceForTesting() { return this.e.loseDeviceForTesting(); }
@@ -286,6 +307,11 @@ export async function createEngine(options = {}) {
   if (typeof model === 'string' && typeof location !== 'undefined') model = new URL(model, location.href).href;
   const opts = { ...rest, model };
   if (rest.wasm instanceof URL) opts.wasm = rest.wasm.href;
+  // A directory pick's paths (`webkitRelativePath`) do not survive the copy into the worker:
+  // sent beside the Files, they find a sentence-transformers folder's module files.
+  if ((typeof FileList !== 'undefined' && model instanceof FileList) || Array.isArray(model)) {
+    opts.modelPaths = [...model].map((f) => f?.webkitRelativePath || '');
+  }
   if (!worker) {
     const e = await LocalEngine.load({ ...opts, signal }, onProgress);
     return withLostHandler(new Engine(new LocalBackend(e), e.getInfo()), onDeviceLost);

@@ -48,6 +48,15 @@ const ops = {
       running.delete(m.id);
     }
   },
+  async embed(m) {
+    const ac = new AbortController();
+    running.set(m.id, ac);
+    try {
+      return await engine.embed(m.req, (chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
+    } finally {
+      running.delete(m.id);
+    }
+  },
   async unload() {
     for (const ac of running.values()) ac.abort();
     await engine?.unload();

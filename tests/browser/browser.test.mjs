@@ -34,6 +34,9 @@ const REQUIRE_MODELS = !!process.env.FERROLM_REQUIRE_MODELS && process.env.FERRO
 
 const ARCH = path.join(root, 'tests/fixtures/arch');
 const ref = (family) => JSON.parse(fs.readFileSync(path.join(ARCH, family, 'reference.json'), 'utf8'));
+// sentence-transformers folders with reference embeddings (tests/scripts/make_embed_fixtures.py).
+const EMBED = path.join(root, 'tests/fixtures/embed');
+const embedRef = (name) => JSON.parse(fs.readFileSync(path.join(EMBED, name, 'reference.json'), 'utf8'));
 // Logits at the last prompt position (what `topLogits` reports for the first generated token).
 function lastLogits(family) {
   const b = fs.readFileSync(path.join(ARCH, family, 'logits.f32'));
@@ -127,6 +130,7 @@ before(async () => {
       '/demo/pkg': path.join(root, 'pkg'),
       '/bad': tmp,
       '/hf': hfDir,
+      '/embed': EMBED,
       '/m/resume': modelDir,
       '/m/cached': modelDir,
       '/m/sha': modelDir,
@@ -724,6 +728,95 @@ test('HF folder: logits and greedy tokens match transformers (single file, shard
   assert.equal(l.deleted, true);
   assert.equal(l.deleted2, true);
   assert.ok(!l.after.some((m) => m.url.includes('/hf/')), JSON.stringify(l.after));
+});
+
+/** Cosine of each response embedding with the reference row (null rows: sentence-transformers
+ *  gave NaN; the embedding must then be finite). Returns the worst. */
+function checkEmbeddings(what, resp, want) {
+  assert.equal(resp.object, 'list');
+  assert.equal(resp.data.length, want.length, `${what}: count`);
+  let worst = 1;
+  resp.data.forEach((d, i) => {
+    assert.equal(d.index, i);
+    if (want[i] === null) {
+      assert.ok(d.embedding.every(Number.isFinite), `${what} ${i}: finite`);
+      return;
+    }
+    const a = d.embedding;
+    const b = want[i];
+    assert.equal(a.length, b.length, `${what} ${i}: dimensions`);
+    const dot = a.reduce((s, x, k) => s + x * b[k], 0);
+    const n = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+    const c = dot / (n(a) * n(b));
+    worst = Math.min(worst, c);
+    assert.ok(c >= 0.9999, `${what} ${i}: cosine ${c}`);
+  });
+  log(`${what}: worst cosine ${worst.toFixed(7)}`);
+  return worst;
+}
+
+test('embeddings: sentence-transformers folders match the reference in the page and a worker; batches, progress, abort, local Files, errors', async () => {
+  const gemma = embedRef('embeddinggemma');
+  const qwen = embedRef('qwen3-embedding');
+  const llama = embedRef('llama-mean-dense');
+  const p = await openPage();
+  const r = await inPage(p, async ({ gi, qi, li }) => {
+    const out = {};
+    // EmbeddingGemma's layout (bidirectional, mean pooling, two Dense layers) in the page.
+    const g = await ferrolm.createEngine({ model: '/embed/embeddinggemma/', worker: false, cache: 'none' });
+    out.gemmaQuery = await g.embeddings.create({ input: gi, prompt_name: 'query' });
+    out.gemmaInfo = g.info.embedding;
+    try {
+      for await (const c of g.generate('hi', { maxTokens: 2 })) void c;
+      out.gen = 'ran';
+    } catch (e) { out.gen = `${e.name}: ${e.message}`; }
+    await g.unload();
+    // Qwen3-Embedding's layout in a worker: 24 inputs go in two batches.
+    const q = await ferrolm.createEngine({ model: '/embed/qwen3-embedding/', worker: true, cache: 'opfs' });
+    out.progress = [];
+    out.qwenMany = await q.embeddings.create({ input: [...qi, ...qi, ...qi, ...qi], onProgress: (x) => out.progress.push(x) });
+    out.qwenB64 = await q.embeddings.create({ input: qi[0], encoding_format: 'base64', dimensions: 32, prompt_name: 'query' });
+    const ac = new AbortController();
+    ac.abort();
+    const err = async (req) => { try { await q.embeddings.create(req); return 'ran'; } catch (e) { return `${e.name}: ${e.message}`; } };
+    out.abort = await err({ input: qi, signal: ac.signal });
+    out.unknown = await err({ input: 'x', bogus: 1 });
+    out.badPrompt = await err({ input: 'x', prompt_name: 'nope' });
+    out.after = await q.embeddings.create({ input: qi[0] });
+    await q.unload();
+    // A directory pick (Files with relative paths, module sub-folders included) in a worker.
+    const names = ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'modules.json',
+      'config_sentence_transformers.json', 'sentence_bert_config.json', '1_Pooling/config.json', '2_Dense/config.json', '2_Dense/model.safetensors'];
+    const files = await Promise.all(names.map(async (n) => {
+      const f = new File([await (await fetch(`/embed/llama-mean-dense/${n}`)).blob()], n.split('/').pop());
+      Object.defineProperty(f, 'webkitRelativePath', { value: `llama-mean-dense/${n}` });
+      return f;
+    }));
+    const l = await ferrolm.createEngine({ model: files, worker: true });
+    out.llama = await l.embeddings.create({ input: li });
+    await l.unload();
+    return out;
+  }, { gi: gemma.inputs, qi: qwen.inputs, li: llama.inputs });
+  await p.close();
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  const byName = (ref, name) => ref.cases.find((c) => c.name === name).embeddings;
+  checkEmbeddings('EmbeddingGemma query (page)', v.gemmaQuery, byName(gemma, 'query'));
+  assert.deepEqual(v.gemmaInfo.pooling, ['mean']);
+  assert.equal(v.gemmaInfo.dimensions, 64);
+  assert.match(v.gen, /^UnsupportedModelError: .*bidirectional/);
+  const plain = byName(qwen, 'plain');
+  checkEmbeddings('Qwen3-Embedding x4 (worker)', v.qwenMany, [...plain, ...plain, ...plain, ...plain]);
+  assert.deepEqual(v.progress, [{ done: 16, total: 24 }, { done: 24, total: 24 }]);
+  assert.equal(v.qwenMany.usage.prompt_tokens, 4 * qwen.ids.reduce((n, ids) => n + ids.length, 0));
+  const bytes = Buffer.from(v.qwenB64.data[0].embedding, 'base64');
+  const b64 = Array.from({ length: bytes.length / 4 }, (_, i) => bytes.readFloatLE(4 * i));
+  checkEmbeddings('Qwen3-Embedding base64, 32 dimensions', { object: 'list', data: [{ index: 0, embedding: b64 }] }, [byName(qwen, 'query-32')[0]]);
+  assert.match(v.abort, /^AbortError/);
+  assert.match(v.unknown, /^InvalidOptionError: .*bogus/);
+  assert.match(v.badPrompt, /^InvalidOptionError: .*nope/);
+  checkEmbeddings('Qwen3-Embedding after errors', v.after, [plain[0]]);
+  checkEmbeddings('mean+max, prompt left out, Tanh Dense (local Files)', v.llama, byName(llama, 'default'));
 });
 
 test('HF folder: local Files (directory picker) and clear errors', async () => {

@@ -248,6 +248,28 @@ pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsV
     Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
 }
 
+/// The files inside module folders that a sentence-transformers `modules.json` needs (paths
+/// relative to the model folder, e.g. `1_Pooling/config.json`), for the package to fetch.
+#[wasm_bindgen(js_name = stModuleFiles)]
+pub fn st_module_files(modules_json: &str) -> Result<Vec<String>, JsValue> {
+    crate::embed::module_files(modules_json).map_err(js_err)
+}
+
+/// The sentence-transformers files of `files` (`stModules`, `stConfig`, `sbertConfig`, and
+/// `moduleFiles`: an object from relative path to Uint8Array).
+fn st_files(files: &JsValue, text: &dyn Fn(&str) -> Option<String>) -> Result<Option<crate::embed::StFiles>, JsValue> {
+    let Some(modules) = text("stModules") else { return Ok(None) };
+    let bytes = js_sys::Reflect::get(files, &JsValue::from_str("moduleFiles")).unwrap_or(JsValue::UNDEFINED);
+    let mut module_files = Vec::new();
+    for path in crate::embed::module_files(&modules).map_err(js_err)? {
+        let v = js_sys::Reflect::get(&bytes, &JsValue::from_str(&path)).unwrap_or(JsValue::UNDEFINED);
+        if let Some(a) = v.dyn_ref::<js_sys::Uint8Array>() {
+            module_files.push((path, a.to_vec()));
+        }
+    }
+    Ok(Some(crate::embed::StFiles { modules, config: text("stConfig"), sbert: text("sbertConfig"), module_files }))
+}
+
 /// Load a Hugging Face model folder onto the browser's WebGPU device, through the same loader as
 /// the native CLI. `files`: the text files as strings (`config` required; `generationConfig`,
 /// `tokenizer`, `tokenizerConfig`, `chatTemplate`, `index` may be null), and `name` (the folder's
@@ -272,6 +294,7 @@ pub async fn load_hf_engine(
         tokenizer_config: text("tokenizerConfig"),
         chat_template: text("chatTemplate"),
         index: text("index").map(String::into_bytes),
+        st: st_files(&files, &text)?,
     };
     let name = text("name").unwrap_or_else(|| "model folder".into());
     let open_fn = open
@@ -429,6 +452,17 @@ impl WasmEngine {
         let s = self.inner.try_borrow().map_err(|_| busy())?;
         let run = s.chat.as_ref().ok_or_else(|| js_err(Error::InvalidOption("no chat completion yet".into())))?;
         Ok(run.response().to_string())
+    }
+
+    /// Embeddings for an OpenAI `embeddings.create` request (JSON); resolves to the response JSON.
+    pub fn embed(&self, request_json: String) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let req = crate::embed::EmbedRequest::from_json(&request_json).map_err(js_err)?;
+            let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
+            let r = s.engine.embed(&req).await.map_err(js_err)?;
+            Ok(JsValue::from_str(&r.to_string()))
+        })
     }
 
     /// JSON of the current (or last) generation: prompt_ids, tokens, text, top_logits, stats.
