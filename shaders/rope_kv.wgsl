@@ -15,6 +15,7 @@ override Q_NORM_OFF: u32 = 0u;
 override K_NORM_OFF: u32 = 0u;
 override EPS: f32 = 1e-6;
 override NW_OFFSET: f32 = 0.0;
+override QSTRIDE: u32 = 0u;  // floats between tokens' rows when they hold more than [q; k; v] (0: NH + 2 NKV heads)
 
 @group(0) @binding(0) var<storage, read_write> qkv: array<f32>;
 @group(0) @binding(3) var<storage, read_write> kv: array<u32>;
@@ -32,7 +33,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) w
     }
     let live = w < HD / 2u;
     let pos = step.pos0 + t;
-    let stride = (NH + 2u * NKV) * HD;
+    var stride = (NH + 2u * NKV) * HD;
+    if (QSTRIDE > 0u) {
+        stride = QSTRIDE;
+    }
     let i = t * stride + head * HD + 2u * w;
     var a = 0.0;
     var b = 0.0;

@@ -366,6 +366,11 @@ impl Engine {
         }
         let cached = &self.kv_tokens[..self.rt.pos.min(self.kv_tokens.len())];
         let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        // A recurrent state (Gated DeltaNet) holds exactly the tokens run so far and cannot be
+        // rewound: only a prompt that extends all of them continues it.
+        if self.rt.cfg.recurrent() && (common != self.rt.pos || common >= prompt.len()) {
+            return 0;
+        }
         common.min(prompt.len().saturating_sub(1))
     }
 

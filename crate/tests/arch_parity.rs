@@ -11,7 +11,7 @@ use ferrolm::weights::{AsyncSource, ByteSource, FileSource};
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FAMILIES: [&str; 7] = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral"];
+const FAMILIES: [&str; 8] = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "qwen3_5"];
 
 fn dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/arch").join(name)
@@ -78,6 +78,33 @@ fn check_with(name: &str, family: &str, quantize: &str, tol: f32, check_greedy: 
 fn every_family_matches_transformers() {
     let fails: Vec<String> = FAMILIES.iter().flat_map(|f| check(f, f, "none", 1e-2, true)).collect();
     assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
+/// Qwen3.5's recurrent state carried across prefill chunks (7 tokens a chunk, so the convolution
+/// window and the DeltaNet state cross chunk boundaries), then through decode steps.
+#[test]
+fn hybrid_state_crosses_prefill_chunks() {
+    let fails = check_with("qwen3_5", "qwen3_5", "none", 1e-2, true, 7);
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
+/// A second prompt that extends the first generation continues the recurrent state; one that
+/// shares only part of it starts over. Both give what a fresh engine gives.
+#[test]
+fn hybrid_prefix_reuse_matches_a_fresh_run() {
+    let (prompt, _, _) = reference("qwen3_5");
+    let opts = GenerateOptions { max_tokens: 4, stop_ids: Some(vec![]), ..Default::default() };
+    let mut e = load("qwen3_5", "none");
+    let first = block_on(e.generate(&prompt, &opts, &mut |_, _| true)).unwrap();
+    let extended: Vec<u32> = prompt.iter().chain(&first.tokens).chain(&[7, 8, 9]).copied().collect();
+    let forked: Vec<u32> = prompt[..10].iter().chain(&[5, 6]).copied().collect();
+    // The first generation ran the prompt and 3 of its 4 tokens (the last is never fed back).
+    for (next, reused) in [(extended, prompt.len() + 3), (forked, 0)] {
+        let again = block_on(e.generate(&next, &opts, &mut |_, _| true)).unwrap();
+        let fresh = block_on(load("qwen3_5", "none").generate(&next, &opts, &mut |_, _| true)).unwrap();
+        assert_eq!(again.stats.cached_tokens, reused);
+        assert_eq!(again.tokens, fresh.tokens, "reused {} cached tokens", again.stats.cached_tokens);
+    }
 }
 
 #[test]

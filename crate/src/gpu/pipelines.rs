@@ -36,10 +36,15 @@ pub enum Kernel {
     Argmax,
     Sample,
     Mask,
+    /// Gated DeltaNet (Qwen3.5): the causal convolution, the recurrence, and the gated
+    /// attention output of the full-attention layers.
+    Conv1d,
+    DeltaRule,
+    AttnGate,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 14] = [
+    pub const ALL: [Kernel; 17] = [
         Kernel::MatVec,
         Kernel::QkvRope,
         Kernel::MatMul,
@@ -54,6 +59,9 @@ impl Kernel {
         Kernel::Argmax,
         Kernel::Sample,
         Kernel::Mask,
+        Kernel::Conv1d,
+        Kernel::DeltaRule,
+        Kernel::AttnGate,
     ];
 }
 
@@ -93,6 +101,9 @@ impl Kernel {
             Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), false, false),
             Kernel::Sample => (include_str!("../../../shaders/sample.wgsl"), false, false),
             Kernel::Mask => (include_str!("../../../shaders/mask.wgsl"), false, false),
+            Kernel::Conv1d => (include_str!("../../../shaders/conv1d.wgsl"), false, false),
+            Kernel::DeltaRule => (include_str!("../../../shaders/delta_rule.wgsl"), false, false),
+            Kernel::AttnGate => (include_str!("../../../shaders/attn_gate.wgsl"), false, false),
         };
         let merge = matches!(self, Kernel::AttnDecode | Kernel::AttnCombine);
         Source { body, weights, reduce, merge }
@@ -126,6 +137,11 @@ impl Kernel {
             Kernel::FfnAct => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::Mask => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
+            Kernel::Conv1d => &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::DeltaRule => {
+                &[Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(ReadWrite), Some(Uniform)]
+            }
+            Kernel::AttnGate => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Sample => &[
                 Some(Read),
                 Some(ReadWrite),

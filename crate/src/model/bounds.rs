@@ -21,6 +21,8 @@ pub const POSITIONS: Ints = (1, 1 << 24);
 pub const WINDOW: Ints = (0, 1 << 24);
 /// Layers per sliding-window period (Gemma 3), and the first sliding layer (Qwen2).
 pub const PATTERN: Ints = (1, 1024);
+/// Taps of a linear-attention layer's causal convolution.
+pub const CONV: Ints = (1, 16);
 pub const ROPE_DIM: Ints = (0, 1024);
 
 /// `v` of `key` as a count inside `range`.

@@ -66,6 +66,13 @@ pub struct ModelConfig {
     /// every token sees the whole input, which then goes through in one prefill step and cannot
     /// generate.
     pub causal: bool,
+    /// Gated DeltaNet layers (Qwen3.5): their shape, and which layers they are. Their state is a
+    /// per-head matrix and a convolution window instead of a KV cache.
+    pub linear: Option<crate::model::hf_config::LinearAttn>,
+    pub layer_linear: Vec<bool>,
+    /// Full-attention output multiplied by sigmoid of a per-head gate that q_proj also gives
+    /// (Qwen3.5); the gate rows follow [q; k; v] in the fused projection.
+    pub attn_gate: bool,
 }
 
 /// How transformers' `dynamic_rope_update` changes the rotary frequencies of full-attention layers
@@ -205,6 +212,9 @@ impl ModelConfig {
             mlp_bias: g.tensor("blk.0.ffn_down.bias").is_some(),
             tied_embeddings: g.tensor("output.weight").is_none(),
             causal: g.get_bool(&k("attention.causal"))?.unwrap_or(true),
+            linear: None,
+            layer_linear: vec![false; n_layers],
+            attn_gate: false,
         };
         let mut cfg = cfg;
         if arch == "gemma3" {
@@ -242,8 +252,18 @@ impl ModelConfig {
                 self.rope_dim, self.head_dim, self.rms_eps
             ));
         }
-        if self.layer_sliding.len() != self.n_layers {
+        if self.layer_sliding.len() != self.n_layers || self.layer_linear.len() != self.n_layers {
             return bad(format!("{} layer types for {} layers", self.layer_sliding.len(), self.n_layers));
+        }
+        if let Some(l) = &self.linear {
+            // delta_rule.wgsl keeps a state column of key_dim values per invocation and one
+            // invocation per value dimension (at most two per thread of 128).
+            if l.key_dim > 128 || l.value_dim > 256 || !l.key_dim.is_multiple_of(4) || l.value_dim % 4 != 0 {
+                return bad(format!(
+                    "linear attention heads of key dimension {} / value dimension {} (at most 128 / 256, multiples of 4)",
+                    l.key_dim, l.value_dim
+                ));
+            }
         }
         for (what, v) in [("hidden size", self.hidden), ("feed-forward size", self.ffn)] {
             if v % 8 != 0 {
@@ -258,6 +278,22 @@ impl ModelConfig {
     }
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+    /// Floats per token of a full-attention layer's fused projection: [q; k; v] and the gates.
+    pub fn attn_rows(&self) -> usize {
+        self.q_dim() + 2 * self.kv_dim() + if self.attn_gate { self.q_dim() } else { 0 }
+    }
+    /// Floats per token of any layer's fused input projection (`Buffers::qkv`).
+    pub fn proj_rows(&self) -> usize {
+        self.attn_rows().max(self.linear.map_or(0, |l| l.in_rows()))
+    }
+    /// Floats per token of any layer's attention (or DeltaNet) output (`Buffers::attn`).
+    pub fn mix_width(&self) -> usize {
+        self.q_dim().max(self.linear.map_or(0, |l| l.v_total()))
+    }
+    /// Whether some layer keeps a recurrent state (whose past cannot be rewound like a KV cache).
+    pub fn recurrent(&self) -> bool {
+        self.layer_linear.contains(&true)
     }
 
     /// Which rotary table a generation whose prompt has `prompt_len` tokens needs: equal keys,
@@ -315,11 +351,14 @@ impl ModelConfig {
         use super::hf_config::LayerKind;
         let family = h.model_type.as_str();
         let gemma = matches!(family, "gemma2" | "gemma3" | "gemma3_text" | "gemma");
+        // Qwen3.5's RMSNorms are zero-centred, (1 + w), like Gemma's.
+        let centred = gemma || family.starts_with("qwen3_5");
         match family {
-            "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma" | "gemma2" | "gemma3" | "gemma3_text" => {}
+            "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_5" | "qwen3_5_text" | "phi3" | "gemma" | "gemma2"
+            | "gemma3" | "gemma3_text" => {}
             other => {
                 return Err(Error::Unsupported(format!(
-                    "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3)"
+                    "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, qwen3_5, phi3, gemma2, gemma3)"
                 )))
             }
         }
@@ -386,7 +425,7 @@ impl ModelConfig {
             rope_local_inv,
             rope_attn_factor: h.rope_attention_factor(LayerKind::Full),
             rope_dynamic,
-            norm_offset: if gemma { 1.0 } else { 0.0 },
+            norm_offset: if centred { 1.0 } else { 0.0 },
             embed_scale: if gemma { (h.hidden_size as f32).sqrt() } else { 1.0 },
             gelu,
             attn_scale: 1.0 / h.query_pre_attn_scalar.unwrap_or(h.head_dim as f64).sqrt(),
@@ -409,6 +448,9 @@ impl ModelConfig {
             },
             layer_sliding,
             causal: !h.bidirectional,
+            linear: h.linear,
+            layer_linear: h.linear_layers.clone(),
+            attn_gate: h.attn_output_gate,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -174,8 +174,14 @@ pub struct Buffers {
     /// Rope table of sliding-window layers when their frequencies differ (Gemma 3).
     pub rope_local: Option<wgpu::Buffer>,
     /// Per layer: [k | v][kv_head][slot][head_dim / 2] packed f16 pairs; position p is in slot
-    /// p % kv_cap[layer].
+    /// p % kv_cap[layer] (a 16-byte placeholder for Gated DeltaNet layers).
     pub kv: Vec<wgpu::Buffer>,
+    /// Gated DeltaNet layers: the convolution's last inputs ([tap][channel]) and the recurrent
+    /// state ([value head][key dim][value dim]), the sequence so far in place of a KV cache.
+    pub conv_state: Vec<Option<wgpu::Buffer>>,
+    pub delta_state: Vec<Option<wgpu::Buffer>>,
+    /// Per token: the convolution's outputs (q | k | v of every head).
+    pub lin: wgpu::Buffer,
     /// Cache slots per layer: the context, or on sliding-window layers just the window plus one
     /// prefill chunk (a chunk writes all its keys before any of its queries read).
     pub kv_cap: Vec<usize>,
@@ -191,7 +197,7 @@ impl Buffers {
             bytes += n;
             gpu.buffer(label, n)
         };
-        let (h, qd, kvd, ff) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.ffn as u64);
+        let (h, ff) = (cfg.hidden as u64, cfg.ffn as u64);
         if context.div_ceil(64) > MAX_ATTENTION_SPLITS {
             return Err(Error::InvalidOption(format!(
                 "a {context}-token context has {} attention splits of 64 positions; decode attention merges at most {MAX_ATTENTION_SPLITS} ({} tokens)",
@@ -201,7 +207,9 @@ impl Buffers {
         }
         let kv_cap: Vec<usize> = (0..cfg.n_layers)
             .map(|i| {
-                if cfg.layer_sliding[i] && cfg.sliding_window > 0 {
+                if cfg.layer_linear[i] {
+                    0
+                } else if cfg.layer_sliding[i] && cfg.sliding_window > 0 {
                     context.min(cfg.sliding_window + max_tokens)
                 } else {
                     context
@@ -210,7 +218,7 @@ impl Buffers {
             .collect();
         let mut kv = Vec::with_capacity(cfg.n_layers);
         for (i, &cap) in kv_cap.iter().enumerate() {
-            let kv_bytes = 2 * cfg.n_kv_heads as u64 * cap as u64 * cfg.head_dim as u64 * 2;
+            let kv_bytes = (2 * cfg.n_kv_heads as u64 * cap as u64 * cfg.head_dim as u64 * 2).max(16);
             if kv_bytes > gpu.limits.max_storage_buffer_binding_size {
                 return Err(Error::Limits(format!(
                     "a {cap}-token KV cache needs {} MiB per layer in one binding; the adapter allows {} MiB (use a shorter context)",
@@ -219,6 +227,20 @@ impl Buffers {
                 )));
             }
             kv.push(buf(&format!("kv.{i}"), kv_bytes)?);
+        }
+        let mut conv_state = Vec::with_capacity(cfg.n_layers);
+        let mut delta_state = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let lin = cfg.linear.filter(|_| cfg.layer_linear[i]);
+            let (c, d) = match lin {
+                Some(l) => (
+                    Some(buf(&format!("conv state {i}"), (l.conv_dim() * l.conv.saturating_sub(1).max(1)) as u64 * f)?),
+                    Some(buf(&format!("delta state {i}"), (l.value_heads * l.key_dim * l.value_dim) as u64 * f)?),
+                ),
+                None => (None, None),
+            };
+            conv_state.push(c);
+            delta_state.push(d);
         }
         let table = rope_table_for(cfg, 1, context);
         let local = match &cfg.rope_local_inv {
@@ -234,8 +256,11 @@ impl Buffers {
             ids: buf("ids", t.max(4) * 4)?,
             x: buf("x", t * h * f)?,
             xn: buf("xn", t * h * f)?,
-            qkv: buf("qkv", t * (qd + 2 * kvd) * f)?,
-            attn: buf("attn", t * qd * f)?,
+            qkv: buf("qkv", t * cfg.proj_rows() as u64 * f)?,
+            attn: buf("attn", t * cfg.mix_width() as u64 * f)?,
+            lin: buf("conv out", t * cfg.linear.map_or(1, |l| l.conv_dim()) as u64 * f)?,
+            conv_state,
+            delta_state,
             gu: buf("gu", t * 2 * ff * f)?,
             h: buf("h", t * ff * f)?,
             tmp: buf("tmp", t * h * f)?,
@@ -365,6 +390,8 @@ struct Builder<'a> {
     /// While `lm_head` records one row range of a `StreamedMatrix`: its matvec.wgsl constants
     /// (ROW0, Y_ROWS, WG0).
     row_range: Vec<(&'static str, f64)>,
+    /// Where each layer's small vectors sit in its `vecs` buffer.
+    offsets: crate::model::weights::VecOffsets,
     /// Set when a decode matvec would need more workgroup memory than the adapter has (wgpu
     /// does not check it natively; browsers refuse the pipeline).
     too_big: std::cell::Cell<Option<usize>>,
@@ -584,6 +611,82 @@ impl Builder<'_> {
         self.push(label, kernel, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)], grid);
     }
 
+    /// Qwen3.5's full-attention output gate, in place on `attn` (nothing for other models).
+    fn attn_gate(&mut self, bf: &Buffers) {
+        let c = self.cfg;
+        if !c.attn_gate {
+            return;
+        }
+        let (qd, stride) = (c.q_dim(), c.attn_rows());
+        let consts = [("N", qd as f64), ("STRIDE", stride as f64), ("GATE_OFF", (qd + 2 * c.kv_dim()) as f64)];
+        self.push("attn gate", Kernel::AttnGate, &consts, &[(0, &bf.qkv), (1, &bf.attn)], Grid::Elems(qd as u32));
+    }
+
+    /// A Gated DeltaNet layer's token mixing (Qwen3.5): the norm and the fused input projection
+    /// [q k v | z | b | a], the causal convolution, the recurrence with its gated norm, and the
+    /// output projection added to `out` (the residual, when `acc`).
+    #[allow(clippy::too_many_arguments)]
+    fn gated_deltanet(
+        &mut self,
+        l: crate::model::hf_config::LinearAttn,
+        lw: &crate::model::weights::LayerWeights,
+        bf: &Buffers,
+        i: usize,
+        batched: bool,
+        out: &wgpu::Buffer,
+        acc: bool,
+    ) {
+        let off = self.offsets;
+        let rows = lw.wqkv.rows;
+        if batched {
+            self.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false, false);
+            self.matmul("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, None, false);
+        } else {
+            let norm = Some(off.attn_norm);
+            self.matvec("in proj", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs, norm, 0, 0.0, None, false, None);
+        }
+        let (conv_state, delta_state) = match (&bf.conv_state[i], &bf.delta_state[i]) {
+            (Some(c), Some(d)) => (c, d),
+            _ => unreachable!("Buffers::new gives every linear layer its state"),
+        };
+        let cd = l.conv_dim();
+        self.push(
+            "conv",
+            Kernel::Conv1d,
+            &[
+                ("C", cd as f64),
+                ("TAPS", l.conv as f64),
+                ("STRIDE", rows as f64),
+                ("W_OFF", off.conv_w.unwrap_or(0) as f64),
+            ],
+            &[(0, &bf.qkv), (1, &lw.vecs), (2, conv_state), (3, &bf.lin)],
+            Grid::Fixed((cd as u32).div_ceil(64)),
+        );
+        self.push(
+            "delta rule",
+            Kernel::DeltaRule,
+            &[
+                ("NK", l.key_heads as f64),
+                ("NV", l.value_heads as f64),
+                ("DK", l.key_dim as f64),
+                ("DV", l.value_dim as f64),
+                ("STRIDE", rows as f64),
+                ("CONV_DIM", cd as f64),
+                ("DT_OFF", off.dt_bias.unwrap_or(0) as f64),
+                ("A_OFF", off.a_neg.unwrap_or(0) as f64),
+                ("GN_OFF", off.gnorm.unwrap_or(0) as f64),
+                ("EPS", self.cfg.rms_eps as f64),
+            ],
+            &[(0, &bf.lin), (1, &bf.qkv), (2, delta_state), (3, &lw.vecs), (4, &bf.attn)],
+            Grid::Fixed(l.value_heads as u32),
+        );
+        if batched {
+            self.matmul("o", &lw.wo, &bf.attn, out, &lw.vecs, None, acc);
+        } else {
+            self.matvec("o", &lw.wo, &bf.attn, out, &lw.vecs, None, acc as u32, 0.0, None, false, None);
+        }
+    }
+
     /// y = norm(x) (`add`: y += norm(x)), over every token or only the last.
     fn rmsnorm(
         &mut self,
@@ -625,6 +728,7 @@ pub fn build(
         pick: None,
         masked: false,
         head: None,
+        offsets: w.offsets,
         row_range: Vec::new(),
         too_big: Default::default(),
     };
@@ -640,7 +744,11 @@ pub fn build(
     let off = w.offsets;
     // The fused decode q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
     // needs the whole head first, so those models take the matvec + rope_kv route.
-    let fused_qkv = !batched && !cfg.qk_norm;
+    let fused_qkv = !batched && !cfg.qk_norm && !cfg.attn_gate;
+    // A gated output needs the merged attention in memory: no merging inside the o-projection.
+    if cfg.attn_gate {
+        short_max = 0;
+    }
 
     for (first, part) in w.embed.ranges() {
         let [l0, l1, l2] = part.layout_constants();
@@ -659,120 +767,128 @@ pub fn build(
         let sliding = cfg.layer_sliding[i] && cfg.sliding_window > 0;
         let rope = if cfg.layer_sliding[i] { bf.rope_local.as_ref().unwrap_or(&bf.rope) } else { &bf.rope };
         let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
-        if fused_qkv {
-            let blocks = (qd + 2 * kvd).div_ceil(4);
-            let (mut consts, wg, slices) = p.rowdot_consts(&lw.wqkv, blocks, off.attn_norm, off.qkv_bias, None);
-            consts.extend([
-                ("QD", qd as f64),
-                ("KVD", kvd as f64),
-                ("HD", hd),
-                ("ROT", cfg.rope_dim as f64),
-                ("CAP", cap),
-            ]);
-            let bufs =
-                [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
-            p.push(
-                "qkv",
-                Kernel::QkvRope,
-                &consts,
-                &bufs,
-                Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil((4 * wg / 32 / slices) as u32)),
-            );
-        } else {
-            if batched {
-                p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false, false);
-                p.matmul("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
-            } else {
-                p.matvec(
-                    "qkv",
-                    &lw.wqkv,
-                    &bf.x,
-                    &bf.qkv,
-                    &lw.vecs,
-                    Some(off.attn_norm),
-                    0,
-                    0.0,
-                    off.qkv_bias,
-                    false,
-                    None,
-                );
-            }
-            p.push(
-                "rope+kv",
-                Kernel::RopeKv,
-                &[
-                    ("HD", hd),
-                    ("ROT", cfg.rope_dim as f64),
-                    ("NH", nh),
-                    ("NKV", nkv),
-                    ("CAP", cap),
-                    ("QK_NORM", b(cfg.qk_norm)),
-                    ("Q_NORM_OFF", off.q_norm.unwrap_or(0) as f64),
-                    ("K_NORM_OFF", off.k_norm.unwrap_or(0) as f64),
-                    ("EPS", cfg.rms_eps as f64),
-                    ("NW_OFFSET", cfg.norm_offset as f64),
-                ],
-                &[(0, &bf.qkv), (3, kv), (4, &lw.vecs), (6, rope)],
-                Grid::PerToken((cfg.n_heads + 2 * cfg.n_kv_heads) as u32),
-            );
-        }
-        let attn = [
-            ("HD", hd),
-            ("NH", nh),
-            ("NKV", nkv),
-            ("CTX", context as f64),
-            ("CAP", cap),
-            ("SCALE", cfg.attn_scale),
-            ("SOFTCAP", cfg.attn_softcap as f64),
-            ("WINDOW", window),
-            ("QSTRIDE", (qd + 2 * kvd) as f64),
-        ];
-        if batched {
-            let mut attn = attn.to_vec();
-            attn.push(("CAUSAL", b(cfg.causal)));
-            p.push(
-                "attention",
-                Kernel::Attention,
-                &attn,
-                &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)],
-                Grid::PerToken(cfg.n_heads as u32),
-            );
-        } else {
-            let mut consts = attn[..8].to_vec();
-            consts.push(("FUSED", b(fused)));
-            p.push(
-                "attention",
-                Kernel::AttnDecode,
-                &consts,
-                &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part), (4, &bf.attn), (6, &bf.done)],
-                Grid::Splits(cfg.n_heads as u32),
-            );
-        }
         // Residual adds: fused into the projection, or (Gemma) through a norm of its output.
         let (o_out, down_out) = if cfg.post_norms { (&bf.tmp, &bf.tmp) } else { (&bf.x, &bf.x) };
         let acc = !cfg.post_norms;
-        if batched {
-            p.matmul("o", &lw.wo, &bf.attn, o_out, &lw.vecs, off.o_bias, acc);
-        } else if fused {
-            p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, None);
+        if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
+            p.gated_deltanet(l, lw, bf, i, batched, o_out, acc);
         } else {
-            // Deep caches merge the attention splits in their own dispatch; short ones inside
-            // the output projection, one dispatch fewer a layer.
-            p.when = When::Long;
-            p.push(
-                "attn merge",
-                Kernel::AttnCombine,
-                &[("HD", hd), ("CTX", context as f64)],
-                &[(0, &bf.part), (3, &bf.attn)],
-                Grid::Fixed(cfg.n_heads as u32),
-            );
-            p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, None);
-            if short_max > 0 {
-                p.when = When::Short;
-                let merge = Some(context);
-                p.matvec("o", &lw.wo, &bf.part, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, merge);
+            if fused_qkv {
+                let blocks = (qd + 2 * kvd).div_ceil(4);
+                let (mut consts, wg, slices) = p.rowdot_consts(&lw.wqkv, blocks, off.attn_norm, off.qkv_bias, None);
+                consts.extend([
+                    ("QD", qd as f64),
+                    ("KVD", kvd as f64),
+                    ("HD", hd),
+                    ("ROT", cfg.rope_dim as f64),
+                    ("CAP", cap),
+                ]);
+                let bufs =
+                    [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
+                p.push(
+                    "qkv",
+                    Kernel::QkvRope,
+                    &consts,
+                    &bufs,
+                    Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil((4 * wg / 32 / slices) as u32)),
+                );
+            } else {
+                if batched {
+                    p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false, false);
+                    p.matmul("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
+                } else {
+                    p.matvec(
+                        "qkv",
+                        &lw.wqkv,
+                        &bf.x,
+                        &bf.qkv,
+                        &lw.vecs,
+                        Some(off.attn_norm),
+                        0,
+                        0.0,
+                        off.qkv_bias,
+                        false,
+                        None,
+                    );
+                }
+                p.push(
+                    "rope+kv",
+                    Kernel::RopeKv,
+                    &[
+                        ("HD", hd),
+                        ("ROT", cfg.rope_dim as f64),
+                        ("NH", nh),
+                        ("NKV", nkv),
+                        ("CAP", cap),
+                        ("QK_NORM", b(cfg.qk_norm)),
+                        ("Q_NORM_OFF", off.q_norm.unwrap_or(0) as f64),
+                        ("K_NORM_OFF", off.k_norm.unwrap_or(0) as f64),
+                        ("EPS", cfg.rms_eps as f64),
+                        ("NW_OFFSET", cfg.norm_offset as f64),
+                        ("QSTRIDE", cfg.attn_rows() as f64),
+                    ],
+                    &[(0, &bf.qkv), (3, kv), (4, &lw.vecs), (6, rope)],
+                    Grid::PerToken((cfg.n_heads + 2 * cfg.n_kv_heads) as u32),
+                );
             }
-            p.when = When::Always;
+            let attn = [
+                ("HD", hd),
+                ("NH", nh),
+                ("NKV", nkv),
+                ("CTX", context as f64),
+                ("CAP", cap),
+                ("SCALE", cfg.attn_scale),
+                ("SOFTCAP", cfg.attn_softcap as f64),
+                ("WINDOW", window),
+                ("QSTRIDE", cfg.attn_rows() as f64),
+            ];
+            if batched {
+                let mut attn = attn.to_vec();
+                attn.push(("CAUSAL", b(cfg.causal)));
+                p.push(
+                    "attention",
+                    Kernel::Attention,
+                    &attn,
+                    &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)],
+                    Grid::PerToken(cfg.n_heads as u32),
+                );
+            } else {
+                let mut consts = attn[..8].to_vec();
+                consts.push(("FUSED", b(fused)));
+                p.push(
+                    "attention",
+                    Kernel::AttnDecode,
+                    &consts,
+                    &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part), (4, &bf.attn), (6, &bf.done)],
+                    Grid::Splits(cfg.n_heads as u32),
+                );
+            }
+            if batched {
+                p.attn_gate(bf);
+                p.matmul("o", &lw.wo, &bf.attn, o_out, &lw.vecs, off.o_bias, acc);
+            } else if fused {
+                p.attn_gate(bf);
+                p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, None);
+            } else {
+                // Deep caches merge the attention splits in their own dispatch; short ones inside
+                // the output projection, one dispatch fewer a layer.
+                p.when = When::Long;
+                p.push(
+                    "attn merge",
+                    Kernel::AttnCombine,
+                    &[("HD", hd), ("CTX", context as f64)],
+                    &[(0, &bf.part), (3, &bf.attn)],
+                    Grid::Fixed(cfg.n_heads as u32),
+                );
+                p.attn_gate(bf);
+                p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, None);
+                if short_max > 0 {
+                    p.when = When::Short;
+                    let merge = Some(context);
+                    p.matvec("o", &lw.wo, &bf.part, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, merge);
+                }
+                p.when = When::Always;
+            }
         }
         if let Some(pn) = off.post_attn_norm {
             p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);

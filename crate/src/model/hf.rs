@@ -5,7 +5,7 @@
 use super::config::ModelConfig;
 use super::hf_config::{GenerationConfig, HfConfig, TokenizerConfig};
 use super::streamed::StreamedMatrix;
-use super::weights::{LayerParts, LayerWeights, ModelWeights};
+use super::weights::{LayerParts, LayerWeights, LinearParts, ModelWeights};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::weights::pack::{self, Layout, Packed};
@@ -93,6 +93,11 @@ struct LayerSpec {
     /// Gate and up biases (length intermediate each), down bias (length hidden).
     gate_up_bias: Vec<String>,
     down_bias: Option<String>,
+    /// Columns of the output projection (q_dim, or a Gated DeltaNet's value heads).
+    o_cols: usize,
+    /// A Gated DeltaNet layer's small tensors: conv1d weight ([channels, 1, taps]), dt_bias,
+    /// A_log, the gated norm's weight.
+    linear: Option<[String; 4]>,
 }
 
 /// (tensor name, rows) of each part of one GPU matrix buffer, and the shared column count.
@@ -103,6 +108,16 @@ type MatrixSpec = (String, Vec<(String, usize)>, usize);
 enum Shape {
     Matrix(usize, usize),
     Vector(usize),
+    /// A depthwise convolution's weight [channels, 1, taps], read as a vector.
+    Conv(usize, usize),
+}
+
+fn shape_dims(s: Shape) -> Vec<usize> {
+    match s {
+        Shape::Matrix(r, c) => vec![r, c],
+        Shape::Vector(n) => vec![n],
+        Shape::Conv(c, k) => vec![c, 1, k],
+    }
 }
 
 /// What the loader visits, in the order the weights lie in the files.
@@ -178,16 +193,26 @@ impl<S: AsyncSource> HfModel<S> {
         // Shapes in the file: the intermediate size before padding (see `layer`).
         let (qd, kvd, f) = (c.q_dim(), c.kv_dim(), self.hf.intermediate_size);
         let n = |s: &str| format!("{}layers.{i}.{s}", self.prefix);
-        let qkv = if self.has(&n("self_attn.qkv_proj.weight")) {
+        let lin = c.linear.filter(|_| c.layer_linear[i]);
+        // A gated attention's q_proj gives a gate per head beside each query head.
+        let q_rows = if c.attn_gate { 2 * qd } else { qd };
+        let qkv = if let Some(l) = lin {
+            vec![
+                (n("linear_attn.in_proj_qkv.weight"), l.conv_dim()),
+                (n("linear_attn.in_proj_z.weight"), l.v_total()),
+                (n("linear_attn.in_proj_b.weight"), l.value_heads),
+                (n("linear_attn.in_proj_a.weight"), l.value_heads),
+            ]
+        } else if self.has(&n("self_attn.qkv_proj.weight")) {
             vec![(n("self_attn.qkv_proj.weight"), qd + 2 * kvd)]
         } else {
             vec![
-                (n("self_attn.q_proj.weight"), qd),
+                (n("self_attn.q_proj.weight"), q_rows),
                 (n("self_attn.k_proj.weight"), kvd),
                 (n("self_attn.v_proj.weight"), kvd),
             ]
         };
-        let qkv_bias = if c.qkv_bias {
+        let qkv_bias = if c.qkv_bias && lin.is_none() {
             vec![(n("self_attn.q_proj.bias"), qd), (n("self_attn.k_proj.bias"), kvd), (n("self_attn.v_proj.bias"), kvd)]
         } else {
             vec![]
@@ -207,7 +232,30 @@ impl<S: AsyncSource> HfModel<S> {
         } else {
             (n("post_attention_layernorm.weight"), None, None)
         };
+        if lin.is_some() {
+            let a = |s: &str| n(&format!("linear_attn.{s}"));
+            return LayerSpec {
+                o_bias: None,
+                gate_up_bias: vec![],
+                down_bias: None,
+                qkv,
+                qkv_bias,
+                q_norm: None,
+                k_norm: None,
+                o: a("out_proj.weight"),
+                o_cols: lin.map_or(0, |l| l.v_total()),
+                gate_up,
+                down: n("mlp.down_proj.weight"),
+                attn_norm: n("input_layernorm.weight"),
+                ffn_norm,
+                post_attn_norm,
+                post_ffn_norm,
+                linear: Some([a("conv1d.weight"), a("dt_bias"), a("A_log"), a("norm.weight")]),
+            };
+        }
         LayerSpec {
+            o_cols: qd,
+            linear: None,
             o_bias: c.o_bias.then(|| n("self_attn.o_proj.bias")),
             gate_up_bias: if c.mlp_bias { vec![n("mlp.gate_proj.bias"), n("mlp.up_proj.bias")] } else { vec![] },
             down_bias: c.mlp_bias.then(|| n("mlp.down_proj.bias")),
@@ -241,7 +289,7 @@ impl<S: AsyncSource> HfModel<S> {
         for i in 0..c.n_layers {
             let l = self.layer_spec(i);
             out.push((format!("layer {i} qkv"), l.qkv, c.hidden));
-            out.push((format!("layer {i} o"), vec![(l.o, c.hidden)], c.q_dim()));
+            out.push((format!("layer {i} o"), vec![(l.o, c.hidden)], l.o_cols));
             out.push((format!("layer {i} gate_up"), l.gate_up, c.hidden));
             out.push((format!("layer {i} down"), vec![(l.down, c.hidden)], self.hf.intermediate_size));
         }
@@ -251,23 +299,44 @@ impl<S: AsyncSource> HfModel<S> {
         out
     }
 
-    /// Every vector as (tensor, length).
-    fn vectors(&self) -> Vec<(String, usize)> {
+    /// Every vector (and convolution weight) as (tensor, shape).
+    fn vectors(&self) -> Vec<(String, Vec<usize>)> {
         let c = &self.cfg;
-        let mut out = vec![(self.norm_name(), c.hidden)];
+        let mut out = vec![(self.norm_name(), vec![c.hidden])];
         for i in 0..c.n_layers {
             let l = self.layer_spec(i);
-            out.extend(l.qkv_bias);
-            out.extend(l.o_bias.into_iter().chain(l.down_bias).map(|n| (n, c.hidden)));
-            out.extend(l.gate_up_bias.into_iter().map(|n| (n, self.hf.intermediate_size)));
-            for n in [Some(l.attn_norm), Some(l.ffn_norm), l.post_attn_norm, l.post_ffn_norm] {
-                out.extend(n.map(|n| (n, c.hidden)));
+            let mut one = |n: String, len: usize| out.push((n, vec![len]));
+            for (n, len) in l.qkv_bias.iter().cloned() {
+                one(n, len);
             }
-            for n in [l.q_norm, l.k_norm] {
-                out.extend(n.map(|n| (n, c.head_dim)));
+            for n in l.o_bias.iter().chain(&l.down_bias) {
+                one(n.clone(), c.hidden);
+            }
+            for n in &l.gate_up_bias {
+                one(n.clone(), self.hf.intermediate_size);
+            }
+            for n in [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()] {
+                n.into_iter().for_each(|n| one(n.clone(), c.hidden));
+            }
+            for n in [l.q_norm.as_ref(), l.k_norm.as_ref()] {
+                n.into_iter().for_each(|n| one(n.clone(), c.head_dim));
+            }
+            for (n, shape) in self.linear_shapes(&l) {
+                out.push((n, shape_dims(shape)));
             }
         }
         out
+    }
+
+    /// A Gated DeltaNet layer's small tensors with their shapes (none for other layers).
+    fn linear_shapes(&self, l: &LayerSpec) -> Vec<(String, Shape)> {
+        let (Some([conv, dt, a, norm]), Some(lin)) = (&l.linear, self.cfg.linear) else { return Vec::new() };
+        vec![
+            (conv.clone(), Shape::Conv(lin.conv_dim(), lin.conv)),
+            (dt.clone(), Shape::Vector(lin.value_heads)),
+            (a.clone(), Shape::Vector(lin.value_heads)),
+            (norm.clone(), Shape::Vector(lin.value_dim)),
+        ]
     }
 
     fn tensor(&self, name: &str, shape: &[usize]) -> Result<&crate::weights::safetensors::StTensor> {
@@ -312,8 +381,8 @@ impl<S: AsyncSource> HfModel<S> {
                 )));
             }
         }
-        for (name, n) in self.vectors() {
-            let t = self.tensor(&name, &[n])?;
+        for (name, shape) in self.vectors() {
+            let t = self.tensor(&name, &shape)?;
             if matches!(t.dtype, StDtype::Other { .. }) {
                 return Err(Error::Unsupported(format!(
                     "tensor {name} has dtype {} (F32, F16 and BF16 are supported)",
@@ -326,7 +395,12 @@ impl<S: AsyncSource> HfModel<S> {
     }
 
     async fn vector(&self, name: &str, n: usize, on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
-        self.tensor(name, &[n])?;
+        self.shaped(name, &[n], on_read).await
+    }
+
+    /// A small tensor of `shape` as f32 values, row-major.
+    async fn shaped(&self, name: &str, shape: &[usize], on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
+        self.tensor(name, shape)?;
         self.st.read_f32_async(name, on_read).await
     }
 
@@ -456,7 +530,11 @@ impl<S: AsyncSource> HfModel<S> {
         for (n, rows) in l.qkv.iter().chain(&l.gate_up) {
             jobs.push((n, Shape::Matrix(*rows, h)));
         }
-        jobs.push((&l.o, Shape::Matrix(h, c.q_dim())));
+        jobs.push((&l.o, Shape::Matrix(h, l.o_cols)));
+        let linear_jobs = self.linear_shapes(&l);
+        for (n, shape) in &linear_jobs {
+            jobs.push((n, *shape));
+        }
         jobs.push((&l.down, Shape::Matrix(h, fh)));
         for (n, len) in &l.qkv_bias {
             jobs.push((n, Shape::Vector(*len)));
@@ -497,15 +575,22 @@ impl<S: AsyncSource> HfModel<S> {
                 Shape::Matrix(rows, cols) => {
                     mats.insert(name.to_string(), vec![self.matrix(name, rows, cols, q, on_read).await?]);
                 }
-                Shape::Vector(len) => {
-                    vecs.insert(name.to_string(), self.vector(name, len, on_read).await?);
+                Shape::Vector(_) | Shape::Conv(..) => {
+                    vecs.insert(name.to_string(), self.shaped(name, &shape_dims(shape), on_read).await?);
                 }
             }
         }
         let gate_up: Vec<Packed> = l.gate_up.iter().flat_map(|(n, _)| mats.remove(n).expect("read above")).collect();
         let mut mat = |n: &str| mats.remove(n).and_then(|mut v| v.pop()).expect("read above");
         let mut vec = |n: &str| vecs.remove(n).expect("read above");
+        let linear = l.linear.as_ref().map(|[conv, dt, a, norm]| LinearParts {
+            conv_w: vec(conv),
+            dt_bias: vec(dt),
+            a_log: vec(a),
+            norm: vec(norm),
+        });
         let parts = LayerParts {
+            linear,
             o_bias: l.o_bias.as_deref().map(&mut vec),
             gate_up_bias: (!l.gate_up_bias.is_empty()).then(|| {
                 l.gate_up_bias.iter().flat_map(|n| vec(n).into_iter().chain(std::iter::repeat(0.0)).take(f)).collect()

@@ -83,6 +83,37 @@ pub struct HfConfig {
     pub query_pre_attn_scalar: Option<f64>,
     pub attn_logit_softcapping: Option<f64>,
     pub final_logit_softcapping: Option<f64>,
+    /// Gated DeltaNet (linear attention) layers and their shape (Qwen3.5); `None`: none.
+    pub linear: Option<LinearAttn>,
+    /// Which layers are linear-attention layers.
+    pub linear_layers: Vec<bool>,
+    /// Full-attention layers gate their output: q_proj also gives a gate per head (Qwen3.5).
+    pub attn_output_gate: bool,
+}
+
+/// The shape of Gated DeltaNet layers (Qwen3.5's `linear_*` keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LinearAttn {
+    pub key_heads: usize,
+    pub value_heads: usize,
+    pub key_dim: usize,
+    pub value_dim: usize,
+    /// Taps of the short causal convolution.
+    pub conv: usize,
+}
+
+impl LinearAttn {
+    /// Channels of the convolution: q and k of every key head, v of every value head.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim
+    }
+    /// Rows of the fused input projection: the convolution's channels, z, b and a.
+    pub fn in_rows(&self) -> usize {
+        self.conv_dim() + self.value_heads * self.value_dim + 2 * self.value_heads
+    }
+    pub fn v_total(&self) -> usize {
+        self.value_heads * self.value_dim
+    }
 }
 
 fn bad(key: &str, want: &str, v: &Value) -> Error {
@@ -200,7 +231,13 @@ impl HfConfig {
             hidden_act = "gelu_pytorch_tanh".into();
         }
 
-        let (rope, rope_local) = resolve_rope(&o, family, max_position_embeddings)?;
+        let (mut rope, rope_local) = resolve_rope(&o, family, max_position_embeddings)?;
+        let qwen35 = family == "qwen3_5";
+        if qwen35 && !has_key(&merged, "partial_rotary_factor") {
+            // Qwen3_5TextConfig's default.
+            rope.partial_rotary_factor = 0.25;
+        }
+        let (linear, linear_layers) = linear_layers(&o, family, num_hidden_layers)?;
         let layer_types = layer_types(&o, family, num_hidden_layers)?;
         // transformers gives a layer marked sliding but no window (sliding_window null) full
         // attention: its sliding mask is only built from a window.
@@ -249,7 +286,7 @@ impl HfConfig {
             qkv_bias: family == "qwen2" || (attention_bias && family != "mistral" && family != "phi3"),
             o_bias: attention_bias && matches!(family, "llama" | "qwen3" | "gemma2" | "gemma3" | "gemma"),
             mlp_bias: family == "llama" && o.bool("mlp_bias")?.unwrap_or(false),
-            qk_norm: matches!(family, "qwen3" | "gemma3"),
+            qk_norm: matches!(family, "qwen3" | "gemma3" | "qwen3_5"),
             fused_qkv_gate_up: family == "phi3",
             rope,
             rope_local,
@@ -262,6 +299,9 @@ impl HfConfig {
             },
             attn_logit_softcapping: absent_or("attn_logit_softcapping", gemma2.then_some(50.0))?,
             final_logit_softcapping: absent_or("final_logit_softcapping", gemma2.then_some(30.0))?,
+            linear,
+            linear_layers,
+            attn_output_gate: qwen35,
             model_type,
         };
         for r in std::iter::once(&cfg.rope).chain(cfg.rope_local.as_ref()) {
@@ -466,6 +506,41 @@ fn resolve_rope(o: &Obj, family: &str, max_pos: u64) -> Result<(RopeParams, Opti
     Ok((rope_from(&Obj(scaling.or(params).unwrap_or(&empty)), o, 1e4, max_pos)?, None))
 }
 
+/// Whether `key` is set at the top level or inside `rope_parameters` / `rope_scaling`.
+fn has_key(m: &Map<String, Value>, key: &str) -> bool {
+    let inner = |k: &str| m.get(k).and_then(Value::as_object).is_some_and(|o| o.get(key).is_some_and(|v| !v.is_null()));
+    m.get(key).is_some_and(|v| !v.is_null()) || inner("rope_parameters") || inner("rope_scaling")
+}
+
+/// Qwen3.5's Gated DeltaNet layers: `layer_types` entries "linear_attention", else every layer
+/// but each `full_attention_interval`-th (default 4), as Qwen3_5TextConfig sets them.
+fn linear_layers(o: &Obj, family: &str, n: usize) -> Result<(Option<LinearAttn>, Vec<bool>)> {
+    if family != "qwen3_5" {
+        return Ok((None, vec![false; n]));
+    }
+    let flags: Vec<bool> = match o.strs("layer_types")? {
+        Some(list) => list.iter().map(|s| s == "linear_attention").collect(),
+        None => {
+            let every = o.count("full_attention_interval", bounds::PATTERN)?.unwrap_or(4);
+            (0..n).map(|i| (i + 1) % every != 0).collect()
+        }
+    };
+    let shape = LinearAttn {
+        key_heads: o.count("linear_num_key_heads", bounds::HEADS)?.unwrap_or(16),
+        value_heads: o.count("linear_num_value_heads", bounds::HEADS)?.unwrap_or(32),
+        key_dim: o.count("linear_key_head_dim", bounds::HEAD_DIM)?.unwrap_or(128),
+        value_dim: o.count("linear_value_head_dim", bounds::HEAD_DIM)?.unwrap_or(128),
+        conv: o.count("linear_conv_kernel_dim", bounds::CONV)?.unwrap_or(4),
+    };
+    if shape.value_heads % shape.key_heads != 0 {
+        return Err(Error::Model(format!(
+            "config.json: {} linear value heads cannot share {} key heads",
+            shape.value_heads, shape.key_heads
+        )));
+    }
+    Ok((flags.contains(&true).then_some(shape), flags))
+}
+
 /// Attention kind of each layer: `layer_types` when given, else each family's rule in transformers.
 fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
     let window = o.count("sliding_window", bounds::WINDOW)?;
@@ -480,7 +555,8 @@ fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
         return list
             .iter()
             .map(|s| match s.as_str() {
-                "full_attention" => Ok(LayerKind::Full),
+                // Qwen3.5's Gated DeltaNet layers (`linear_layers`) have no attention window.
+                "full_attention" | "linear_attention" => Ok(LayerKind::Full),
                 "sliding_attention" => Ok(LayerKind::Sliding),
                 other => Err(Error::Unsupported(format!("layer type {other:?}"))),
             })

@@ -135,6 +135,12 @@ pub struct VecOffsets {
     pub o_bias: Option<usize>,
     pub gate_up_bias: Option<usize>,
     pub down_bias: Option<usize>,
+    /// Gated DeltaNet layers: convolution taps ([channel][tap]), dt bias and -exp(A_log) per
+    /// value head, and the weight of the gated output norm (value_dim).
+    pub conv_w: Option<usize>,
+    pub dt_bias: Option<usize>,
+    pub a_neg: Option<usize>,
+    pub gnorm: Option<usize>,
     pub len: usize,
 }
 
@@ -156,7 +162,16 @@ impl VecOffsets {
         let o_bias = next(cfg.o_bias, h);
         let gate_up_bias = next(cfg.mlp_bias, 2 * cfg.ffn);
         let down_bias = next(cfg.mlp_bias, h);
+        let lin = cfg.linear;
+        let conv_w = next(lin.is_some(), lin.map_or(0, |l| l.conv_dim() * l.conv));
+        let dt_bias = next(lin.is_some(), lin.map_or(0, |l| l.value_heads));
+        let a_neg = next(lin.is_some(), lin.map_or(0, |l| l.value_heads));
+        let gnorm = next(lin.is_some(), lin.map_or(0, |l| l.value_dim));
         VecOffsets {
+            conv_w,
+            dt_bias,
+            a_neg,
+            gnorm,
             attn_norm: 0,
             ffn_norm: h,
             qkv_bias,
@@ -191,6 +206,18 @@ pub struct LayerParts {
     /// [gate; up] bias, in the order of `gate_up`'s rows.
     pub gate_up_bias: Option<Vec<f32>>,
     pub down_bias: Option<Vec<f32>>,
+    /// A Gated DeltaNet layer's small tensors (then `qkv` is [in_proj_qkv; z; b; a] and `o` the
+    /// out_proj).
+    pub linear: Option<LinearParts>,
+}
+
+/// The small tensors of a Gated DeltaNet layer, as in the file.
+pub struct LinearParts {
+    /// [channel][tap].
+    pub conv_w: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub a_log: Vec<f32>,
+    pub norm: Vec<f32>,
 }
 
 impl LayerParts {
@@ -198,17 +225,32 @@ impl LayerParts {
     pub fn upload(self, gpu: &Gpu, cfg: &ModelConfig, name: &str) -> Result<LayerWeights> {
         let (qd, kvd, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
         let mut qkv = concat_rows(&self.qkv)?;
-        if qkv.rows != qd + 2 * kvd {
-            return Err(Error::Model(format!("{name}: fused q/k/v has {} rows, expected {}", qkv.rows, qd + 2 * kvd)));
+        let linear = self.linear.is_some();
+        let want = match (&cfg.linear, linear) {
+            (Some(l), true) => l.in_rows(),
+            _ => qd + 2 * kvd + if cfg.attn_gate { qd } else { 0 },
+        };
+        if qkv.rows != want {
+            return Err(Error::Model(format!("{name}: fused q/k/v has {} rows, expected {want}", qkv.rows)));
+        }
+        if cfg.attn_gate && !linear {
+            // q_proj gives [q; gate] per head: all queries first, then k and v, then the gates.
+            let rows = |h: usize, part: usize| (2 * h + part) * hd..(2 * h + part + 1) * hd;
+            let perm: Vec<usize> = (0..cfg.n_heads)
+                .flat_map(|h| rows(h, 0))
+                .chain(2 * qd..2 * qd + 2 * kvd)
+                .chain((0..cfg.n_heads).flat_map(|h| rows(h, 1)))
+                .collect();
+            qkv = permute_rows(&qkv, &perm);
         }
         let mut bias = self.qkv_bias;
         let (mut q_norm, mut k_norm) = (self.q_norm, self.k_norm);
-        if cfg.rope_neox {
+        if cfg.rope_neox && !linear {
             let head = neox_to_pairs(1, hd, cfg.rope_dim);
             let q = neox_to_pairs(cfg.n_heads, hd, cfg.rope_dim);
             let k = neox_to_pairs(cfg.n_kv_heads, hd, cfg.rope_dim);
             let perm: Vec<usize> =
-                q.iter().copied().chain(k.iter().map(|r| qd + r)).chain(qd + kvd..qd + 2 * kvd).collect();
+                q.iter().copied().chain(k.iter().map(|r| qd + r)).chain(qd + kvd..qkv.rows).collect();
             qkv = permute_rows(&qkv, &perm);
             bias = bias.map(|b| permute_vec(&b, &perm));
             q_norm = q_norm.map(|v| permute_vec(&v, &head));
@@ -234,13 +276,22 @@ impl LayerParts {
         put(Some(off.attn_norm), Some(self.attn_norm), "attention norm")?;
         put(Some(off.ffn_norm), Some(self.ffn_norm), "FFN norm")?;
         put(off.qkv_bias, bias, "q/k/v bias")?;
-        put(off.q_norm, q_norm, "q norm")?;
-        put(off.k_norm, k_norm, "k norm")?;
+        // Gated DeltaNet layers have no q/k norms; attention layers no DeltaNet tensors.
+        if !linear {
+            put(off.q_norm, q_norm, "q norm")?;
+            put(off.k_norm, k_norm, "k norm")?;
+        }
         put(off.post_attn_norm, self.post_attn_norm, "post-attention norm")?;
         put(off.post_ffn_norm, self.post_ffn_norm, "post-FFN norm")?;
         put(off.o_bias, self.o_bias, "output projection bias")?;
         put(off.gate_up_bias, self.gate_up_bias, "gate/up bias")?;
         put(off.down_bias, self.down_bias, "down projection bias")?;
+        if let Some(l) = self.linear {
+            put(off.conv_w, Some(l.conv_w), "convolution weights")?;
+            put(off.dt_bias, Some(l.dt_bias), "dt bias")?;
+            put(off.a_neg, Some(l.a_log.iter().map(|&a| -(a as f64).exp() as f32).collect()), "A_log")?;
+            put(off.gnorm, Some(l.norm), "gated norm")?;
+        }
         let gate_up = concat_rows(&self.gate_up)?;
         if gate_up.rows != 2 * cfg.ffn {
             return Err(Error::Model(format!(
@@ -538,6 +589,7 @@ pub async fn load_gguf(
             (None, None)
         };
         let parts = LayerParts {
+            linear: None,
             o_bias,
             gate_up_bias,
             down_bias,
