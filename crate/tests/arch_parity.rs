@@ -105,6 +105,16 @@ fn hybrid_prefix_reuse_matches_a_fresh_run() {
         assert_eq!(again.stats.cached_tokens, reused);
         assert_eq!(again.tokens, fresh.tokens, "reused {} cached tokens", again.stats.cached_tokens);
     }
+    // A default-sized context (64 here) grows for a longer prompt, keeping the state.
+    let grow = |e: &mut Engine, ids: &[u32]| block_on(e.generate(ids, &opts, &mut |_, _| true)).unwrap();
+    let default = LoadOptions { context_length: None, ..Default::default() };
+    let open = || block_on(Engine::load_path(&dir("qwen3_5"), &default, &mut |_, _, _| {})).unwrap();
+    let mut e = open();
+    let first = grow(&mut e, &prompt);
+    let long: Vec<u32> = prompt.iter().chain(&first.tokens).copied().chain((0..50).map(|i| 3 + i % 200)).collect();
+    let again = grow(&mut e, &long);
+    assert!(e.rt.context > 64 && again.stats.cached_tokens == prompt.len() + 3, "{}", again.stats.cached_tokens);
+    assert_eq!(again.tokens, grow(&mut open(), &long).tokens);
 }
 
 #[test]
