@@ -86,6 +86,7 @@ function makeHfFolders(dir) {
     for (const f of files) fs.copyFileSync(path.join(ARCH, family, f), path.join(dir, to, f));
   };
   copy('llama', 'llama');
+  copy('qwen3_5', 'qwen3_5');
   copy('qwen2', 'qwen2-sharded', ['config.json', 'generation_config.json']);
   shardSafetensors(path.join(ARCH, 'qwen2/model.safetensors'), path.join(dir, 'qwen2-sharded'), 2);
   // Broken: no config.json; an unknown model_type; a shard that 404s; a shard name with a path.
@@ -728,6 +729,18 @@ test('HF folder: logits and greedy tokens match transformers (single file, shard
   assert.equal(l.deleted, true);
   assert.equal(l.deleted2, true);
   assert.ok(!l.after.some((m) => m.url.includes('/hf/')), JSON.stringify(l.after));
+});
+
+test('HF folder: Qwen3.5 (Gated DeltaNet + gated attention) matches transformers, in the page and a worker', async () => {
+  const r35 = ref('qwen3_5');
+  const page = await openPage();
+  for (const worker of [false, true]) {
+    const a = await hfRun(page, { model: '/hf/qwen3_5/', worker, cache: 'none' }, r35);
+    assert.ok(a.ok, a.message);
+    assert.deepEqual(a.value.tokens, r35.greedy, `greedy tokens (worker: ${worker})`);
+    log(`qwen3_5 (worker ${worker}) logits error`, checkLogits('qwen3_5', a.value.topLogits, 1e-2).toExponential(2));
+  }
+  await page.close();
 });
 
 /** Cosine of each response embedding with the reference row (null rows: sentence-transformers
