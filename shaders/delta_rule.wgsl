@@ -17,6 +17,7 @@ override DT_OFF: u32;     // dt_bias, -exp(A_log) and the gated norm's weight in
 override A_OFF: u32;
 override GN_OFF: u32;
 override EPS: f32;
+override TILED: bool = false;  // value head h reads key head h % NK (llama.cpp's order), not h / (NV / NK)
 
 @group(0) @binding(0) var<storage, read> conv: array<f32>;          // [token][CONV_DIM]: q | k | v
 @group(0) @binding(1) var<storage, read> proj: array<f32>;          // z, b, a
@@ -44,7 +45,7 @@ fn reduce2(tid: u32) {
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let h = wg.x;
-    let kh = h / (NV / NK);
+    let kh = select(h / (NV / NK), h % NK, TILED);
     let j0 = tid;
     let j1 = tid + 128u;
     var s0: array<f32, 128>;

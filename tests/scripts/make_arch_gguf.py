@@ -98,6 +98,7 @@ HF_TO_ARCH = {
     "Phi3ForCausalLM": gguf.MODEL_ARCH.PHI3,
     "Gemma2ForCausalLM": gguf.MODEL_ARCH.GEMMA2,
     "Gemma3ForCausalLM": gguf.MODEL_ARCH.GEMMA3,
+    "Qwen3_5ForCausalLM": gguf.MODEL_ARCH.QWEN35,
 }
 
 
@@ -217,6 +218,46 @@ def llama3_rope_freqs(hp: dict, rp: dict, hf_faithful: bool) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
+def reorder_v_heads(t: np.ndarray, dim: int, nk: int, per_k: int, head_dim: int) -> np.ndarray:
+    """_LinearAttentionVReorderBase._reorder_v_heads: V heads grouped by K head -> tiled."""
+    shape = list(t.shape)
+    dim %= len(shape)
+    t = t.reshape(shape[:dim] + [nk, per_k, head_dim] + shape[dim + 1:])
+    return np.swapaxes(t, dim, dim + 1).reshape(shape)
+
+
+def qwen35_tensor(hp: dict, name: str, data: np.ndarray) -> tuple[str, np.ndarray]:
+    """_LinearAttentionVReorderBase.modify_tensors, then Qwen3NextModel.modify_tensors."""
+    nk, nv = hp["linear_num_key_heads"], hp["linear_num_value_heads"]
+    dk, dv = hp["linear_key_head_dim"], hp["linear_value_head_dim"]
+    r = nv // nk
+    if nk != nv and "linear_attn." in name:
+        if ".in_proj_qkv." in name:
+            qk = 2 * nk * dk
+            data = np.concatenate([data[:qk], reorder_v_heads(data[qk:], 0, nk, r, dv)])
+        elif ".in_proj_z." in name:
+            data = reorder_v_heads(data, 0, nk, r, dv)
+        elif ".in_proj_b." in name or ".in_proj_a." in name:
+            data = reorder_v_heads(data, 0, nk, r, 1)
+        elif ".A_log" in name or ".dt_bias" in name:
+            data = reorder_v_heads(data[:, None], 0, nk, r, 1)[:, 0]
+        elif ".conv1d" in name:
+            c = data.squeeze()
+            qk = 2 * nk * dk
+            data = np.concatenate([c[:qk], reorder_v_heads(c[qk:], 0, nk, r, dv)])
+        elif ".out_proj." in name:
+            data = reorder_v_heads(data, 1, nk, r, dv)
+    if name.endswith(".A_log"):
+        data = -np.exp(data)
+    elif name.endswith(".dt_bias"):
+        name = name.rpartition(".dt_bias")[0] + ".dt_proj.bias"
+    elif "conv1d" in name:
+        data = data.squeeze()
+    elif name.endswith("norm.weight") and not name.endswith("linear_attn.norm.weight"):
+        data = data + np.float32(1.0)
+    return name, data.astype(np.float32)
+
+
 def load_tensors(d: Path) -> dict:
     """The checkpoint's tensors in file order, as float32 numpy arrays (BF16 through torch:
     numpy has no bfloat16)."""
@@ -313,6 +354,19 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
         if hp.get("sliding_window_pattern") != 1:
             m.u32(K.Attention.SLIDING_WINDOW, hp["sliding_window"])
         m.u32(K.Attention.HEAD_COUNT_KV, hp.get("num_key_value_heads", 4))
+    elif arch == gguf.MODEL_ARCH.QWEN35:
+        # Qwen3NextModel.set_gguf_parameters (through Qwen2MoeModel: the generic part) and
+        # _Qwen35MRopeMixin. rope.dimension_count reads a TOP-LEVEL partial_rotary_factor
+        # (default 0.25); Qwen3.5 configs keep theirs inside rope_parameters.
+        generic_params(m, hp, rp, n_layer, ftype)
+        m.u32(K.SSM.CONV_KERNEL, hp["linear_conv_kernel_dim"])
+        m.u32(K.SSM.STATE_SIZE, hp["linear_key_head_dim"])
+        m.u32(K.SSM.GROUP_COUNT, hp["linear_num_key_heads"])
+        m.u32(K.SSM.TIME_STEP_RANK, hp["linear_num_value_heads"])
+        m.u32(K.SSM.INNER_SIZE, hp["linear_value_head_dim"] * hp["linear_num_value_heads"])
+        m.u32(K.LLM.FULL_ATTENTION_INTERVAL, hp.get("full_attention_interval", 4))
+        m.u32(K.Rope.DIMENSION_COUNT, int(hp["head_dim"] * hp.get("partial_rotary_factor", 0.25)))
+        m.a(K.Rope.DIMENSION_SECTIONS, [11, 11, 10, 0], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32)
     else:
         raise NotImplementedError(arch_name)
 
@@ -332,6 +386,8 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
                 data = llama_permute(data, n_head, n_kv)
         if arch in (gguf.MODEL_ARCH.GEMMA2, gguf.MODEL_ARCH.GEMMA3) and name.endswith("norm.weight"):
             data = data + np.float32(1.0)
+        if arch == gguf.MODEL_ARCH.QWEN35:
+            name, data = qwen35_tensor(hp, name, data)
         new = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
             if arch == gguf.MODEL_ARCH.GEMMA2 and name == "lm_head.weight":
@@ -376,7 +432,8 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
 
     for new, data in tensors:
         n_dims = data.ndim
-        if n_dims <= 1 or new.endswith("_norm.weight") or outtype == "f32":
+        # ssm_conv1d stays F32 like llama.cpp's ggml_ssm_conv wants it.
+        if n_dims <= 1 or new.endswith("_norm.weight") or "ssm_conv1d" in new or outtype == "f32":
             arr = data.astype(np.float32)
         else:
             arr = data.astype(np.float16)

@@ -3,7 +3,8 @@
 transformers references, in the layout of tests/fixtures/arch (see make_arch_fixtures.py, whose
 run_family writes it: config.json, model.safetensors, reference.json, logits.f32).
 
-qwen3_5: Qwen3_5TextConfig, hidden 64, 4 layers [linear, full, linear, full], 4 heads / 2 KV heads
+qwen3_5: Qwen3_5TextConfig, hidden 64, 4 layers [linear, linear, linear, full] (Qwen3.5's every-4th
+full-attention pattern, which is all llama.cpp's GGUF can express), 4 heads / 2 KV heads
 of 32 (q_proj also gives the output gate: 256 rows), partial rotary 0.25 (8 dims), linear
 attention with 2 key heads / 4 value heads of 16, conv kernel 4, untied, vocab 256. Norm weights
 are drawn around 0 for the zero-centred (1 + w) RMSNorms and around 1 for the gated norm of the
@@ -24,7 +25,7 @@ import make_arch_fixtures as arch  # noqa: E402
 
 arch.FAMILIES["qwen3_5"] = (Qwen3_5TextConfig, dict(
     num_hidden_layers=4, head_dim=32, tie_word_embeddings=False,
-    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
     linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
     linear_conv_kernel_dim=4,
     rope_parameters=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=0.25)))

@@ -106,6 +106,38 @@ fn gguf_sliding_layers(g: &GgufFile, arch: &str, n_layers: usize) -> Result<Vec<
     Ok((0..n_layers).map(|il| pattern == 0 || il % pattern < pattern - 1).collect())
 }
 
+/// Qwen3.5's Gated DeltaNet layers as llama.cpp writes them: every layer but each
+/// `full_attention_interval`-th, with the `ssm.*` shape keys; value heads in tiled order.
+fn gguf_linear_layers(
+    g: &GgufFile,
+    arch: &str,
+    n_layers: usize,
+) -> Result<(Option<crate::model::hf_config::LinearAttn>, Vec<bool>)> {
+    if arch != "qwen35" {
+        return Ok((None, vec![false; n_layers]));
+    }
+    let k = |s: &str| format!("{arch}.{s}");
+    let every = count(g, &k("full_attention_interval"), bounds::PATTERN)?.unwrap_or(4);
+    let value_heads = need(g, &k("ssm.time_step_rank"), bounds::HEADS)?;
+    let inner = need(g, &k("ssm.inner_size"), bounds::FFN)?;
+    let l = crate::model::hf_config::LinearAttn {
+        key_heads: need(g, &k("ssm.group_count"), bounds::HEADS)?,
+        value_heads,
+        key_dim: need(g, &k("ssm.state_size"), bounds::HEAD_DIM)?,
+        value_dim: inner / value_heads.max(1),
+        conv: need(g, &k("ssm.conv_kernel"), bounds::CONV)?,
+        tiled: true,
+    };
+    if l.key_heads == 0 || value_heads % l.key_heads != 0 || inner % value_heads != 0 {
+        return Err(Error::Model(format!(
+            "{}: {} linear value heads ({} values) cannot share {} key heads",
+            g.name, value_heads, inner, l.key_heads
+        )));
+    }
+    let flags: Vec<bool> = (0..n_layers).map(|i| (i + 1) % every != 0).collect();
+    Ok((flags.contains(&true).then_some(l), flags))
+}
+
 fn need(g: &GgufFile, key: &str, range: bounds::Ints) -> Result<usize> {
     count(g, key, range)?.ok_or_else(|| Error::Model(format!("{}: missing metadata key {key}", g.name)))
 }
@@ -131,16 +163,21 @@ impl ModelConfig {
         let (rope_neox, qkv_bias) = match arch.as_str() {
             "llama" | "mistral" => (false, false),
             "qwen2" => (true, true),
-            "qwen3" | "phi3" | "gemma2" | "gemma3" => (true, false),
+            "qwen3" | "qwen35" | "phi3" | "gemma2" | "gemma3" => (true, false),
             other => {
                 return Err(Error::Unsupported(format!(
-                    "architecture {other:?} (GGUF files of llama, mistral, qwen2, qwen3, phi3, gemma2 and gemma3 run)"
+                    "architecture {other:?} (GGUF files of llama, mistral, qwen2, qwen3, qwen35, phi3, gemma2 and gemma3 run)"
                 )))
             }
         };
         let gemma = arch.starts_with("gemma");
         let k = |s: &str| format!("{arch}.{s}");
-        let n_layers = need(g, &k("block_count"), bounds::LAYERS)?;
+        // Qwen3.5 files may append multi-token-prediction blocks, which generation does not use.
+        let nextn = count(g, &k("nextn_predict_layers"), bounds::LAYERS)?.unwrap_or(0);
+        let n_layers = need(g, &k("block_count"), bounds::LAYERS)?.checked_sub(nextn).filter(|&n| n > 0).ok_or_else(
+            || Error::Model(format!("{}: {} prediction layers leave no decoder layer", g.name, nextn)),
+        )?;
+        let (linear, layer_linear) = gguf_linear_layers(g, &arch, n_layers)?;
         let hidden = need(g, &k("embedding_length"), bounds::HIDDEN)?;
         let n_heads = need(g, &k("attention.head_count"), bounds::HEADS)?;
         let n_kv_heads = count(g, &k("attention.head_count_kv"), bounds::HEADS)?.unwrap_or(n_heads);
@@ -201,7 +238,7 @@ impl ModelConfig {
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
             attn_softcap: real(g, &k("attn_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             final_softcap: real(g, &k("final_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
-            qk_norm: matches!(arch.as_str(), "qwen3" | "gemma3"),
+            qk_norm: matches!(arch.as_str(), "qwen3" | "qwen35" | "gemma3"),
             post_norms: gemma,
             sliding_window: count(g, &k("attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0),
             layer_sliding: gguf_sliding_layers(g, &arch, n_layers)?,
@@ -212,9 +249,9 @@ impl ModelConfig {
             mlp_bias: g.tensor("blk.0.ffn_down.bias").is_some(),
             tied_embeddings: g.tensor("output.weight").is_none(),
             causal: g.get_bool(&k("attention.causal"))?.unwrap_or(true),
-            linear: None,
-            layer_linear: vec![false; n_layers],
-            attn_gate: false,
+            linear,
+            layer_linear,
+            attn_gate: arch == "qwen35",
         };
         let mut cfg = cfg;
         if arch == "gemma3" {

@@ -676,6 +676,7 @@ impl Builder<'_> {
                 ("A_OFF", off.a_neg.unwrap_or(0) as f64),
                 ("GN_OFF", off.gnorm.unwrap_or(0) as f64),
                 ("EPS", self.cfg.rms_eps as f64),
+                ("TILED", b(l.tiled)),
             ],
             &[(0, &bf.lin), (1, &bf.qkv), (2, delta_state), (3, &lw.vecs), (4, &bf.attn)],
             Grid::Fixed(l.value_heads as u32),

@@ -586,7 +586,7 @@ impl<S: AsyncSource> HfModel<S> {
         let linear = l.linear.as_ref().map(|[conv, dt, a, norm]| LinearParts {
             conv_w: vec(conv),
             dt_bias: vec(dt),
-            a_log: vec(a),
+            a_neg: vec(a).iter().map(|&a| -(a as f64).exp() as f32).collect(),
             norm: vec(norm),
         });
         let parts = LayerParts {

@@ -100,6 +100,9 @@ pub struct LinearAttn {
     pub value_dim: usize,
     /// Taps of the short causal convolution.
     pub conv: usize,
+    /// Value heads in llama.cpp's tiled order (GGUF: head h reads key head h % key_heads)
+    /// instead of grouped by key head (HF: h / (value_heads / key_heads)).
+    pub tiled: bool,
 }
 
 impl LinearAttn {
@@ -531,6 +534,7 @@ fn linear_layers(o: &Obj, family: &str, n: usize) -> Result<(Option<LinearAttn>,
         key_dim: o.count("linear_key_head_dim", bounds::HEAD_DIM)?.unwrap_or(128),
         value_dim: o.count("linear_value_head_dim", bounds::HEAD_DIM)?.unwrap_or(128),
         conv: o.count("linear_conv_kernel_dim", bounds::CONV)?.unwrap_or(4),
+        tiled: false,
     };
     if shape.value_heads % shape.key_heads != 0 {
         return Err(Error::Model(format!(

@@ -216,7 +216,8 @@ pub struct LinearParts {
     /// [channel][tap].
     pub conv_w: Vec<f32>,
     pub dt_bias: Vec<f32>,
-    pub a_log: Vec<f32>,
+    /// -exp(A_log), as llama.cpp stores it (`ssm_a`).
+    pub a_neg: Vec<f32>,
     pub norm: Vec<f32>,
 }
 
@@ -289,7 +290,7 @@ impl LayerParts {
         if let Some(l) = self.linear {
             put(off.conv_w, Some(l.conv_w), "convolution weights")?;
             put(off.dt_bias, Some(l.dt_bias), "dt bias")?;
-            put(off.a_neg, Some(l.a_log.iter().map(|&a| -(a as f64).exp() as f32).collect()), "A_log")?;
+            put(off.a_neg, Some(l.a_neg), "A_log")?;
             put(off.gnorm, Some(l.norm), "gated norm")?;
         }
         let gate_up = concat_rows(&self.gate_up)?;
@@ -423,6 +424,15 @@ impl GgufLoader<'_> {
         Ok(m)
     }
 
+    /// A small tensor of GGUF dims `dims` as f32 values (row-major in HF order).
+    async fn tensor_f32(&mut self, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
+        let t = self.info(name, dims)?;
+        let raw = self.bytes_of(&t).await?;
+        let mut out = vec![0f32; dims.iter().product()];
+        quant::dequantize(t.ty, &raw, &mut out)?;
+        Ok(out)
+    }
+
     /// A vector of `n` values as f32 (norm weights and biases are small).
     async fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>> {
         let t = self.info(name, &[n])?;
@@ -462,7 +472,9 @@ pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
         total += layout.words_for(t.n_elements as usize) as u64 * 4
             + if layout.block() > 1 { 8 * t.n_elements / layout.block() as u64 } else { 0 };
         let part = |names: &[&str]| names.iter().any(|p| t.name.contains(p));
-        let group = if part(&["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight"]) {
+        let qkv_parts =
+            ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight"];
+        let group = if part(&qkv_parts) {
             Some("qkv")
         } else if part(&["ffn_gate.weight", "ffn_up.weight"]) {
             Some("gate_up")
@@ -542,11 +554,21 @@ pub async fn load_gguf(
         l.stage_layer(i).await?;
         let n = |s: &str| format!("blk.{i}.{s}");
         let opt = |l: &GgufLoader, s: &str| l.gguf.tensor(&n(s)).is_some();
-        let qkv = if opt(&l, "attn_qkv.weight") {
+        let lin = cfg.linear.filter(|_| cfg.layer_linear[i]);
+        // A gated attention's attn_q holds [q; gate] per head, as HF's q_proj does.
+        let q_rows = if cfg.attn_gate { 2 * qd } else { qd };
+        let qkv = if let Some(s) = lin {
+            vec![
+                l.packed(&n("attn_qkv.weight"), s.conv_dim(), h).await?,
+                l.packed(&n("attn_gate.weight"), s.v_total(), h).await?,
+                l.packed(&n("ssm_beta.weight"), s.value_heads, h).await?,
+                l.packed(&n("ssm_alpha.weight"), s.value_heads, h).await?,
+            ]
+        } else if opt(&l, "attn_qkv.weight") {
             vec![l.packed(&n("attn_qkv.weight"), qd + 2 * kvd, h).await?]
         } else {
             vec![
-                l.packed(&n("attn_q.weight"), qd, h).await?,
+                l.packed(&n("attn_q.weight"), q_rows, h).await?,
                 l.packed(&n("attn_k.weight"), kvd, h).await?,
                 l.packed(&n("attn_v.weight"), kvd, h).await?,
             ]
@@ -559,7 +581,16 @@ pub async fn load_gguf(
         } else {
             None
         };
-        let (q_norm, k_norm) = if cfg.qk_norm {
+        let linear = match lin {
+            Some(s) => Some(LinearParts {
+                conv_w: l.tensor_f32(&n("ssm_conv1d.weight"), &[s.conv, s.conv_dim()]).await?,
+                dt_bias: l.vector(&n("ssm_dt.bias"), s.value_heads).await?,
+                a_neg: l.vector(&n("ssm_a"), s.value_heads).await?,
+                norm: l.vector(&n("ssm_norm.weight"), s.value_dim).await?,
+            }),
+            None => None,
+        };
+        let (q_norm, k_norm) = if cfg.qk_norm && lin.is_none() {
             (
                 Some(l.vector(&n("attn_q_norm.weight"), cfg.head_dim).await?),
                 Some(l.vector(&n("attn_k_norm.weight"), cfg.head_dim).await?),
@@ -588,18 +619,24 @@ pub async fn load_gguf(
         } else {
             (None, None)
         };
+        // Qwen3.5 files name the pre-FFN norm after transformers' post_attention_layernorm.
+        let ffn_norm = if opt(&l, "ffn_norm.weight") { "ffn_norm.weight" } else { "post_attention_norm.weight" };
+        let o = match lin {
+            Some(s) => l.packed(&n("ssm_out.weight"), h, s.v_total()).await?,
+            None => l.packed(&n("attn_output.weight"), h, qd).await?,
+        };
         let parts = LayerParts {
-            linear: None,
+            linear,
             o_bias,
             gate_up_bias,
             down_bias,
             attn_norm: l.vector(&n("attn_norm.weight"), h).await?,
-            ffn_norm: l.vector(&n("ffn_norm.weight"), h).await?,
+            ffn_norm: l.vector(&n(ffn_norm), h).await?,
             qkv,
             qkv_bias,
             q_norm,
             k_norm,
-            o: l.packed(&n("attn_output.weight"), h, qd).await?,
+            o,
             gate_up,
             down: l.packed(&n("ffn_down.weight"), h, f).await?,
             post_attn_norm,
