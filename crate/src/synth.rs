@@ -76,6 +76,23 @@ pub struct Shape {
     /// Phi-3 layout: fused `attn_qkv` and fused `ffn_up` holding [gate; up].
     pub fused: bool,
     pub llama3_rope: Option<Llama3Rope>,
+    /// Qwen3.5 (`qwen35`): Gated DeltaNet layers, every layer but each `interval`-th, and
+    /// gated full attention with partial rotary.
+    pub hybrid: Option<Hybrid>,
+}
+
+/// The Gated DeltaNet side of a Qwen3.5 shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hybrid {
+    pub key_heads: u64,
+    pub value_heads: u64,
+    pub key_dim: u64,
+    pub value_dim: u64,
+    pub conv: u64,
+    /// Every `interval`-th layer is full attention.
+    pub interval: u64,
+    /// Rotated dimensions per head.
+    pub rope_dim: u64,
 }
 
 /// Real hyper-parameters, from each model's public `config.json` on the Hugging Face hub:
@@ -88,6 +105,12 @@ pub struct Shape {
 /// | phi-3-mini | microsoft/Phi-3-mini-4k-instruct | 3072 | 32 | 32/32 | 96 | 8192 | 32064 | 10000 | 4096 | 1e-5 | no |
 /// | llama-3.1-8b | meta-llama/Llama-3.1-8B | 4096 | 32 | 32/8 | 128 | 14336 | 128256 | 500000 | 131072 | 1e-5 | no |
 ///
+/// | qwen3.5-0.8b | Qwen/Qwen3.5-0.8B | 1024 | 24 | 8/2 | 256 | 3584 | 248320 | 10000000 | 262144 | 1e-6 | yes |
+///
+/// Qwen3.5-0.8B: 18 Gated DeltaNet layers (16 key and 16 value heads of 128, 4 convolution taps)
+/// and 6 gated full-attention layers (every 4th) rotating a quarter of each head (64 dims).
+/// Its hidden size, layers, heads and context are from the model's public pages; the DeltaNet
+/// head counts and the FFN width are recalled, not checked against the config file.
 /// Llama 3.2 1B's `rope_scaling` is {factor 32, low_freq_factor 1, high_freq_factor 4,
 /// original_max_position_embeddings 8192}; Llama 3.1 8B's is the same with factor 8.
 /// Qwen2.5 has q/k/v biases. Phi-3-mini's `sliding_window` (2047) is not written (llama.cpp
@@ -110,6 +133,7 @@ pub const SHAPES: &[Shape] = &[
         qkv_bias: false,
         fused: false,
         llama3_rope: None,
+        hybrid: None,
     },
     Shape {
         name: "llama-3.2-1b",
@@ -133,6 +157,7 @@ pub const SHAPES: &[Shape] = &[
             high_freq_factor: 4.0,
             original_max_position_embeddings: 8192.0,
         }),
+        hybrid: None,
     },
     Shape {
         name: "qwen2.5-0.5b",
@@ -151,6 +176,7 @@ pub const SHAPES: &[Shape] = &[
         qkv_bias: true,
         fused: false,
         llama3_rope: None,
+        hybrid: None,
     },
     Shape {
         name: "phi-3-mini",
@@ -169,6 +195,7 @@ pub const SHAPES: &[Shape] = &[
         qkv_bias: false,
         fused: true,
         llama3_rope: None,
+        hybrid: None,
     },
     Shape {
         name: "llama-3.1-8b",
@@ -192,6 +219,26 @@ pub const SHAPES: &[Shape] = &[
             high_freq_factor: 4.0,
             original_max_position_embeddings: 8192.0,
         }),
+        hybrid: None,
+    },
+    Shape {
+        name: "qwen3.5-0.8b",
+        arch: "qwen35",
+        hidden: 1024,
+        layers: 24,
+        heads: 8,
+        kv_heads: 2,
+        head_dim: 256,
+        ffn: 3584,
+        vocab: 248320,
+        context: 262144,
+        rope_theta: 10000000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        qkv_bias: false,
+        fused: false,
+        llama3_rope: None,
+        hybrid: Some(Hybrid { key_heads: 16, value_heads: 16, key_dim: 128, value_dim: 128, conv: 4, interval: 4, rope_dim: 64 }),
     },
 ];
 
@@ -314,16 +361,31 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
     };
     let (h, q, kv, f) = (shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.ffn);
     mat("token_embd.weight".into(), h, shape.vocab);
+    let linear = |i: u64| shape.hybrid.filter(|y| (i + 1) % y.interval != 0);
     for i in 0..shape.layers {
         let b = |n: &str| format!("blk.{i}.{n}");
-        if shape.fused {
+        if let Some(y) = linear(i) {
+            let (conv_dim, vt) = (2 * y.key_heads * y.key_dim + y.value_heads * y.value_dim, y.value_heads * y.value_dim);
+            mat(b("attn_qkv.weight"), h, conv_dim);
+            mat(b("attn_gate.weight"), h, vt);
+            mat(b("ssm_beta.weight"), h, y.value_heads);
+            mat(b("ssm_alpha.weight"), h, y.value_heads);
+            mat(b("ssm_out.weight"), vt, h);
+        } else if shape.hybrid.is_some() {
+            // A gated attention's attn_q holds [q; gate] per head.
+            mat(b("attn_q.weight"), h, 2 * q);
+            mat(b("attn_k.weight"), h, kv);
+            mat(b("attn_v.weight"), h, kv);
+        } else if shape.fused {
             mat(b("attn_qkv.weight"), h, q + 2 * kv);
         } else {
             mat(b("attn_q.weight"), h, q);
             mat(b("attn_k.weight"), h, kv);
             mat(b("attn_v.weight"), h, kv);
         }
-        mat(b("attn_output.weight"), q, h);
+        if linear(i).is_none() {
+            mat(b("attn_output.weight"), q, h);
+        }
         if shape.fused {
             mat(b("ffn_up.weight"), h, 2 * f);
         } else {
@@ -348,6 +410,26 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
     for i in 0..shape.layers {
         let b = |n: &str| format!("blk.{i}.{n}");
         small.push(vec(b("attn_norm.weight"), h, Fill::Const(1.0)));
+        if shape.hybrid.is_some() {
+            // Qwen3.5 files name the pre-FFN norm post_attention_norm.
+            small.push(vec(b("post_attention_norm.weight"), h, Fill::Const(1.0)));
+            if let Some(y) = linear(i) {
+                let conv_dim = 2 * y.key_heads * y.key_dim + y.value_heads * y.value_dim;
+                small.push(SynthTensor {
+                    name: b("ssm_conv1d.weight"),
+                    dims: vec![y.conv, conv_dim],
+                    ty: GgmlType::F32,
+                    fill: Fill::Const(0.25),
+                });
+                small.push(vec(b("ssm_dt.bias"), y.value_heads, Fill::Const(0.0)));
+                small.push(vec(b("ssm_a"), y.value_heads, Fill::Const(-1.0)));
+                small.push(vec(b("ssm_norm.weight"), y.value_dim, Fill::Const(1.0)));
+            } else {
+                small.push(vec(b("attn_q_norm.weight"), shape.head_dim, Fill::Const(1.0)));
+                small.push(vec(b("attn_k_norm.weight"), shape.head_dim, Fill::Const(1.0)));
+            }
+            continue;
+        }
         small.push(vec(b("ffn_norm.weight"), h, Fill::Const(1.0)));
         if shape.qkv_bias {
             small.push(vec(b("attn_q.bias"), q, Fill::Const(0.0)));
@@ -511,6 +593,18 @@ pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWr
         ("general.file_type".into(), Value::U32(file_type(ty))),
         ("general.quantization_version".into(), Value::U32(2)),
     ];
+    if let Some(y) = shape.hybrid {
+        kv.retain(|(key, _)| key != &k("rope.dimension_count"));
+        kv.extend([
+            (k("rope.dimension_count"), Value::U32(y.rope_dim as u32)),
+            (k("ssm.conv_kernel"), Value::U32(y.conv as u32)),
+            (k("ssm.state_size"), Value::U32(y.key_dim as u32)),
+            (k("ssm.group_count"), Value::U32(y.key_heads as u32)),
+            (k("ssm.time_step_rank"), Value::U32(y.value_heads as u32)),
+            (k("ssm.inner_size"), Value::U32((y.value_heads * y.value_dim) as u32)),
+            (k("full_attention_interval"), Value::U32(y.interval as u32)),
+        ]);
+    }
     if shape.head_dim * shape.heads != shape.hidden {
         kv.push((k("attention.key_length"), Value::U32(shape.head_dim as u32)));
         kv.push((k("attention.value_length"), Value::U32(shape.head_dim as u32)));

@@ -184,6 +184,7 @@ fn random_data_small_shape() {
         qkv_bias: true,
         fused: false,
         llama3_rope: synth::shape("llama-3.2-1b").unwrap().llama3_rope,
+        hybrid: None,
     };
     for ty in synth::TYPES {
         let opts = SynthOptions { shape: shape.clone(), ty, seed: 42, layers: None, sparse: false };
