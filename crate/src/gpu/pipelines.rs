@@ -39,12 +39,14 @@ pub enum Kernel {
     /// Gated DeltaNet (Qwen3.5): the causal convolution, the recurrence, and the gated
     /// attention output of the full-attention layers.
     Conv1d,
+    DeltaPrep,
     DeltaRule,
+    GatedNorm,
     AttnGate,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 17] = [
+    pub const ALL: [Kernel; 19] = [
         Kernel::MatVec,
         Kernel::QkvRope,
         Kernel::MatMul,
@@ -60,7 +62,9 @@ impl Kernel {
         Kernel::Sample,
         Kernel::Mask,
         Kernel::Conv1d,
+        Kernel::DeltaPrep,
         Kernel::DeltaRule,
+        Kernel::GatedNorm,
         Kernel::AttnGate,
     ];
 }
@@ -102,7 +106,9 @@ impl Kernel {
             Kernel::Sample => (include_str!("../../../shaders/sample.wgsl"), false, false),
             Kernel::Mask => (include_str!("../../../shaders/mask.wgsl"), false, false),
             Kernel::Conv1d => (include_str!("../../../shaders/conv1d.wgsl"), false, false),
+            Kernel::DeltaPrep => (include_str!("../../../shaders/delta_prep.wgsl"), false, false),
             Kernel::DeltaRule => (include_str!("../../../shaders/delta_rule.wgsl"), false, false),
+            Kernel::GatedNorm => (include_str!("../../../shaders/gated_norm.wgsl"), false, false),
             Kernel::AttnGate => (include_str!("../../../shaders/attn_gate.wgsl"), false, false),
         };
         let merge = matches!(self, Kernel::AttnDecode | Kernel::AttnCombine);
@@ -138,9 +144,11 @@ impl Kernel {
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::Mask => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
             Kernel::Conv1d => &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform)],
-            Kernel::DeltaRule => {
-                &[Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(ReadWrite), Some(Uniform)]
+            Kernel::DeltaPrep => {
+                &[Some(ReadWrite), Some(Read), Some(ReadWrite), Some(Read), None, Some(Uniform)]
             }
+            Kernel::DeltaRule => &[Some(Read), Some(Read), Some(ReadWrite), None, Some(ReadWrite), Some(Uniform)],
+            Kernel::GatedNorm => &[Some(Read), Some(ReadWrite), None, Some(Read), None, Some(Uniform)],
             Kernel::AttnGate => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Sample => &[
                 Some(Read),

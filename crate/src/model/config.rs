@@ -293,11 +293,13 @@ impl ModelConfig {
             return bad(format!("{} layer types for {} layers", self.layer_sliding.len(), self.n_layers));
         }
         if let Some(l) = &self.linear {
-            // delta_rule.wgsl keeps a state column of key_dim values per invocation and one
-            // invocation per value dimension (at most two per thread of 128).
-            if l.key_dim > 128 || l.value_dim > 256 || !l.key_dim.is_multiple_of(4) || l.value_dim % 4 != 0 {
+            // delta_rule.wgsl keeps at most 32 rows of a state column per invocation, its row
+            // slices splitting 128 invocations with the column block; q/k staging holds 256 and
+            // delta_prep.wgsl / gated_norm.wgsl reduce 128 / 256 values per head.
+            let slices = 128 / l.column_block();
+            if l.key_dim > 128 || l.key_dim > 32 * slices || l.value_dim > 256 || !l.value_dim.is_multiple_of(4) {
                 return bad(format!(
-                    "linear attention heads of key dimension {} / value dimension {} (at most 128 / 256, multiples of 4)",
+                    "linear attention heads of key dimension {} / value dimension {} (at most 128 / 256; value dimension a multiple of 4)",
                     l.key_dim, l.value_dim
                 ));
             }

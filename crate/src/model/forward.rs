@@ -182,6 +182,8 @@ pub struct Buffers {
     pub delta_state: Vec<Option<wgpu::Buffer>>,
     /// Per token: the convolution's outputs (q | k | v of every head).
     pub lin: wgpu::Buffer,
+    /// Per token and value head: the DeltaNet state's decay and beta (delta_prep.wgsl).
+    pub gates: wgpu::Buffer,
     /// Cache slots per layer: the context, or on sliding-window layers just the window plus one
     /// prefill chunk (a chunk writes all its keys before any of its queries read).
     pub kv_cap: Vec<usize>,
@@ -259,6 +261,7 @@ impl Buffers {
             qkv: buf("qkv", t * cfg.proj_rows() as u64 * f)?,
             attn: buf("attn", t * cfg.mix_width() as u64 * f)?,
             lin: buf("conv out", t * cfg.linear.map_or(1, |l| l.conv_dim()) as u64 * f)?,
+            gates: buf("delta gates", t * cfg.linear.map_or(1, |l| 2 * l.value_heads) as u64 * f)?,
             conv_state,
             delta_state,
             gu: buf("gu", t * 2 * ff * f)?,
@@ -662,24 +665,52 @@ impl Builder<'_> {
             &[(0, &bf.qkv), (1, &lw.vecs), (2, conv_state), (3, &bf.lin)],
             Grid::Fixed((cd as u32).div_ceil(64)),
         );
+        let (nk, nv) = (l.key_heads as f64, l.value_heads as f64);
         self.push(
-            "delta rule",
-            Kernel::DeltaRule,
+            "delta prep",
+            Kernel::DeltaPrep,
             &[
-                ("NK", l.key_heads as f64),
-                ("NV", l.value_heads as f64),
+                ("NK", nk),
+                ("NV", nv),
                 ("DK", l.key_dim as f64),
                 ("DV", l.value_dim as f64),
                 ("STRIDE", rows as f64),
                 ("CONV_DIM", cd as f64),
                 ("DT_OFF", off.dt_bias.unwrap_or(0) as f64),
                 ("A_OFF", off.a_neg.unwrap_or(0) as f64),
-                ("GN_OFF", off.gnorm.unwrap_or(0) as f64),
-                ("EPS", self.cfg.rms_eps as f64),
+            ],
+            &[(0, &bf.lin), (1, &bf.qkv), (2, &bf.gates), (3, &lw.vecs)],
+            Grid::PerToken(2 * l.key_heads as u32 + 1),
+        );
+        let cb = l.column_block();
+        self.push(
+            "delta rule",
+            Kernel::DeltaRule,
+            &[
+                ("NK", nk),
+                ("NV", nv),
+                ("DK", l.key_dim as f64),
+                ("DV", l.value_dim as f64),
+                ("CB", cb as f64),
+                ("CONV_DIM", cd as f64),
                 ("TILED", b(l.tiled)),
             ],
-            &[(0, &bf.lin), (1, &bf.qkv), (2, delta_state), (3, &lw.vecs), (4, &bf.attn)],
-            Grid::Fixed(l.value_heads as u32),
+            &[(0, &bf.lin), (1, &bf.gates), (2, delta_state), (4, &bf.attn)],
+            Grid::Fixed2(l.value_heads as u32, (l.value_dim / cb) as u32),
+        );
+        self.push(
+            "gated norm",
+            Kernel::GatedNorm,
+            &[
+                ("NV", nv),
+                ("DV", l.value_dim as f64),
+                ("STRIDE", rows as f64),
+                ("CONV_DIM", cd as f64),
+                ("GN_OFF", off.gnorm.unwrap_or(0) as f64),
+                ("EPS", self.cfg.rms_eps as f64),
+            ],
+            &[(0, &bf.qkv), (1, &bf.attn), (3, &lw.vecs)],
+            Grid::PerToken(l.value_heads as u32),
         );
         if batched {
             self.matmul("o", &lw.wo, &bf.attn, out, &lw.vecs, None, acc);

@@ -117,6 +117,11 @@ impl LinearAttn {
     pub fn v_total(&self) -> usize {
         self.value_heads * self.value_dim
     }
+    /// Columns of a value head's state one workgroup of delta_rule.wgsl takes: the largest
+    /// power of two up to 32 that divides the value dimension.
+    pub fn column_block(&self) -> usize {
+        [32, 16, 8, 4, 2, 1].into_iter().find(|c| self.value_dim % c == 0).unwrap_or(1)
+    }
 }
 
 fn bad(key: &str, want: &str, v: &Value) -> Error {
