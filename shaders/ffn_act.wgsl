@@ -1,9 +1,10 @@
 // Prefill GLU: h[t, j] = act(gate[t, j]) * up[t, j], where each token's row of `gu` holds the
 // gate outputs then the up outputs ([gate; up] is one concatenated matrix).
-// SiLU (Llama, Qwen, Phi-3) or GELU with the tanh approximation (Gemma).
+// SiLU (Llama, Qwen, Phi-3), GELU with the tanh approximation (Gemma) or ReLU² (BitNet).
 
 override F: u32;
 override GELU: bool = false;
+override RELU2: bool = false;
 
 @group(0) @binding(0) var<storage, read> gu: array<f32>;
 @group(0) @binding(1) var<storage, read_write> h: array<f32>;
@@ -21,6 +22,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var a: f32;
     if (GELU) {
         a = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+    } else if (RELU2) {
+        a = max(g, 0.0) * max(g, 0.0);
     } else {
         a = g / (1.0 + exp(-g));
     }

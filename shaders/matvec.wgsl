@@ -20,6 +20,7 @@ override NW_OFF: u32 = 0u;       // norm weight offset in `vecs`
 override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;     // bias offset in `vecs`
 override GELU: bool = false;
+override RELU2: bool = false;   // BitNet's relu(x)^2
 override SOFTCAP: f32 = 0.0;    // EPI 0: y = SOFTCAP * tanh(v / SOFTCAP) (Gemma 2's final logits)
 override WG: u32 = 64u;         // invocations per workgroup: 32 to 512 (256 without subgroups), a multiple of 32 * S
 override ARGMAX: bool = false;  // EPI 0: also each workgroup's largest output (greedy decoding)
@@ -77,6 +78,8 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
             var a: f32;
             if (GELU) {
                 a = 0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt)));
+            } else if (RELU2) {
+                a = max(gt, 0.0) * max(gt, 0.0);
             } else {
                 a = gt / (1.0 + exp(-gt));
             }

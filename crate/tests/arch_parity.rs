@@ -11,7 +11,7 @@ use ferrolm::weights::{AsyncSource, ByteSource, FileSource};
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FAMILIES: [&str; 8] = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "qwen3_5"];
+const FAMILIES: [&str; 9] = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "qwen3_5", "bitnet"];
 
 fn dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/arch").join(name)
@@ -285,6 +285,9 @@ fn gguf_conversions_match_transformers() {
         ("mistral/model-hf.gguf", "mistral"),
         // Qwen3.5 as llama.cpp's converter writes it: V heads in tiled order, -exp(A_log).
         ("qwen3_5/model.gguf", "qwen3_5"),
+        // BitNet b1.58 as bitnet.cpp writes it: every layer matrix in I2_S (exact here: the
+        // weights are ternary times one scale), ReLU², sub-norms.
+        ("bitnet/model.gguf", "bitnet"),
     ] {
         fails.extend(check(file, family, "none", 1e-2, true));
     }

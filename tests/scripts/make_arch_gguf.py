@@ -99,7 +99,41 @@ HF_TO_ARCH = {
     "Gemma2ForCausalLM": gguf.MODEL_ARCH.GEMMA2,
     "Gemma3ForCausalLM": gguf.MODEL_ARCH.GEMMA3,
     "Qwen3_5ForCausalLM": gguf.MODEL_ARCH.QWEN35,
+    "BitNetForCausalLM": gguf.MODEL_ARCH.BITNET,
 }
+# bitnet.cpp (microsoft/BitNet) writes its BitNet b1.58 files under this name, with gguf-py's
+# BITNET tensor names; its I2_S type (id 36) is not in upstream gguf-py (see write_i2s).
+BITNET_ARCH_NAME = "bitnet-b1.58"
+I2S_ID = 36
+
+
+def i2s_bytes(w: np.ndarray) -> bytes:
+    """bitnet.cpp's quantize_i2_s: code 2 for w > 0, 1 for w == 0, 0 for w < 0; 128-element
+    blocks of 32 bytes, byte g holding elements g, g+32, g+64, g+96 in bits 7-6, 5-4, 3-2, 1-0;
+    then the tensor's scale (max |w|) as f32 in a 32-byte trailer."""
+    flat = w.reshape(-1).astype(np.float32)
+    assert flat.size % 128 == 0
+    scale = float(np.abs(flat).max())
+    codes = np.where(flat > 1e-6, 2, np.where(flat < -1e-6, 0, 1)).astype(np.uint8).reshape(-1, 4, 32)
+    packed = (codes[:, 0] << 6) | (codes[:, 1] << 4) | (codes[:, 2] << 2) | codes[:, 3]
+    trailer = np.zeros(8, dtype=np.float32)
+    trailer[0] = scale
+    return packed.astype(np.uint8).tobytes() + trailer.tobytes()
+
+
+def patch_i2s(path: Path, names: dict[str, tuple[int, int]]):
+    """Rewrite the placeholder I8 tensor infos of `names` (name -> (cols, rows)) as I2_S."""
+    data = bytearray(path.read_bytes())
+    for name, (cols, rows) in names.items():
+        key = len(name).to_bytes(8, "little") + name.encode()
+        at = data.index(key) + len(key)
+        assert int.from_bytes(data[at:at + 4], "little") == 2
+        at += 4
+        data[at:at + 16] = cols.to_bytes(8, "little") + rows.to_bytes(8, "little")
+        at += 16
+        assert int.from_bytes(data[at:at + 4], "little") == int(gguf.GGMLQuantizationType.I8)
+        data[at:at + 4] = I2S_ID.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
 
 
 def load_hparams(d: Path) -> dict:
@@ -275,7 +309,7 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
     rp = rope_parameters_of(hp)
     hf_arch = hp["architectures"][0]
     arch = HF_TO_ARCH[hf_arch]
-    arch_name = gguf.MODEL_ARCH_NAMES[arch]
+    arch_name = BITNET_ARCH_NAME if arch == gguf.MODEL_ARCH.BITNET else gguf.MODEL_ARCH_NAMES[arch]
     n_layer = hp["num_hidden_layers"]
     tmap = gguf.get_tensor_name_map(arch, n_layer)
     ftype = {"f32": 0, "f16": 1}[outtype]
@@ -354,6 +388,10 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
         if hp.get("sliding_window_pattern") != 1:
             m.u32(K.Attention.SLIDING_WINDOW, hp["sliding_window"])
         m.u32(K.Attention.HEAD_COUNT_KV, hp.get("num_key_value_heads", 4))
+    elif arch == gguf.MODEL_ARCH.BITNET:
+        generic_params(m, hp, rp, n_layer, ftype)
+        m.u32(K.LLM.VOCAB_SIZE, hp["vocab_size"])
+        m.u32(K.Rope.DIMENSION_COUNT, hp["hidden_size"] // n_head)
     elif arch == gguf.MODEL_ARCH.QWEN35:
         # Qwen3NextModel.set_gguf_parameters (through Qwen2MoeModel: the generic part) and
         # _Qwen35MRopeMixin. rope.dimension_count reads a TOP-LEVEL partial_rotary_factor
@@ -379,7 +417,7 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
             continue
         if arch == gguf.MODEL_ARCH.GEMMA2 and name == "lm_head.weight" and not hf_faithful:
             continue  # Gemma2Model.filter_tensors
-        if arch == gguf.MODEL_ARCH.LLAMA:
+        if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.BITNET):
             if name.endswith(("q_proj.weight", "q_proj.bias")):
                 data = llama_permute(data, n_head, n_head)
             if name.endswith(("k_proj.weight", "k_proj.bias")):
@@ -388,10 +426,16 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
             data = data + np.float32(1.0)
         if arch == gguf.MODEL_ARCH.QWEN35:
             name, data = qwen35_tensor(hp, name, data)
+        if arch == gguf.MODEL_ARCH.BITNET:
+            # gguf-py knows the first BitNet release's names for the sub-norms.
+            name = name.replace("self_attn.attn_sub_norm", "self_attn.inner_attn_ln")
+            name = name.replace("mlp.ffn_sub_norm", "mlp.ffn_layernorm")
         new = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
             if arch == gguf.MODEL_ARCH.GEMMA2 and name == "lm_head.weight":
                 new = "output.weight"  # --hf-faithful only
+            elif arch == gguf.MODEL_ARCH.BITNET and name == "lm_head.weight":
+                new = "output.weight"  # gguf-py's BITNET table lacks OUTPUT (the 2B model is tied)
             else:
                 raise ValueError(f"cannot map {name}")
         tensors.append((new, data))
@@ -430,8 +474,16 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
     if cfg.get("pad_token_id") is not None:
         w.add_pad_token_id(first(cfg["pad_token_id"]))
 
+    i2s: dict[str, tuple[int, int]] = {}
     for new, data in tensors:
         n_dims = data.ndim
+        if arch == gguf.MODEL_ARCH.BITNET and n_dims == 2 and new.startswith("blk."):
+            # Every layer matrix in I2_S, written as an I8 placeholder of the same byte count
+            # and patched afterwards (gguf-py knows no type 36).
+            raw = np.frombuffer(i2s_bytes(data), dtype=np.uint8)
+            w.add_tensor(new, raw.reshape(1, -1), raw_shape=(1, raw.size), raw_dtype=gguf.GGMLQuantizationType.I8)
+            i2s[new] = (data.shape[1], data.shape[0])
+            continue
         # ssm_conv1d stays F32 like llama.cpp's ggml_ssm_conv wants it.
         if n_dims <= 1 or new.endswith("_norm.weight") or "ssm_conv1d" in new or outtype == "f32":
             arr = data.astype(np.float32)
@@ -442,6 +494,8 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if i2s:
+        patch_i2s(out_path, i2s)
     return out_path
 
 

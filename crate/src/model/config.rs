@@ -48,6 +48,11 @@ pub struct ModelConfig {
     pub embed_scale: f32,
     /// GELU (tanh approximation) instead of SiLU in the gated FFN.
     pub gelu: bool,
+    /// ReLU² instead of SiLU in the gated FFN (BitNet b1.58).
+    pub relu2: bool,
+    /// RMS norms of the attention output before the o-projection and of the FFN's inner
+    /// activations before the down projection (BitNet b1.58's `attn_sub_norm` / `ffn_sub_norm`).
+    pub sub_norms: bool,
     /// Attention score scale (1/sqrt(head_dim), or 1/sqrt(query_pre_attn_scalar)).
     pub attn_scale: f64,
     /// Soft-capping of attention scores and of final logits (0: off).
@@ -161,16 +166,18 @@ impl ModelConfig {
         // llama.cpp stores Llama q/k rows permuted into (2i, 2i+1) rotary pairs; the other
         // families keep the NeoX halves, which the loader reorders.
         let (rope_neox, qkv_bias) = match arch.as_str() {
-            "llama" | "mistral" => (false, false),
+            // BitNet b1.58 files (llama.cpp's `bitnet`, bitnet.cpp's `bitnet-b1.58`) rotate pairs too.
+            "llama" | "mistral" | "bitnet" | "bitnet-b1.58" => (false, false),
             "qwen2" => (true, true),
             "qwen3" | "qwen35" | "phi3" | "gemma2" | "gemma3" => (true, false),
             other => {
                 return Err(Error::Unsupported(format!(
-                    "architecture {other:?} (GGUF files of llama, mistral, qwen2, qwen3, qwen35, phi3, gemma2 and gemma3 run)"
+                    "architecture {other:?} (GGUF files of llama, mistral, qwen2, qwen3, qwen35, phi3, gemma2, gemma3 and bitnet run)"
                 )))
             }
         };
         let gemma = arch.starts_with("gemma");
+        let bitnet = arch.starts_with("bitnet");
         let k = |s: &str| format!("{arch}.{s}");
         // Qwen3.5 files may append multi-token-prediction blocks, which generation does not use.
         let nextn = count(g, &k("nextn_predict_layers"), bounds::LAYERS)?.unwrap_or(0);
@@ -235,6 +242,8 @@ impl ModelConfig {
             norm_offset: 0.0,
             embed_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
             gelu: gemma,
+            relu2: bitnet,
+            sub_norms: bitnet,
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
             attn_softcap: real(g, &k("attn_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             final_softcap: real(g, &k("final_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
@@ -303,6 +312,9 @@ impl ModelConfig {
                     l.key_dim, l.value_dim
                 ));
             }
+        }
+        if self.sub_norms && self.q_dim() != self.hidden {
+            return bad(format!("BitNet sub-norms with q dimension {} != hidden size {}", self.q_dim(), self.hidden));
         }
         for (what, v) in [("hidden size", self.hidden), ("feed-forward size", self.ffn)] {
             if v % 8 != 0 {
@@ -394,10 +406,10 @@ impl ModelConfig {
         let centred = gemma || family.starts_with("qwen3_5");
         match family {
             "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_5" | "qwen3_5_text" | "phi3" | "gemma" | "gemma2"
-            | "gemma3" | "gemma3_text" => {}
+            | "gemma3" | "gemma3_text" | "bitnet" => {}
             other => {
                 return Err(Error::Unsupported(format!(
-                    "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, qwen3_5, phi3, gemma2, gemma3)"
+                    "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, qwen3_5, phi3, gemma2, gemma3, bitnet)"
                 )))
             }
         }
@@ -428,13 +440,21 @@ impl ModelConfig {
         } else {
             vec![h.sliding_window.is_some(); n_layers]
         };
+        if family == "bitnet" && h.intermediate_size % 8 != 0 {
+            // The FFN sub-norm averages over the padded width the kernels would use.
+            return Err(Error::Unsupported(format!(
+                "BitNet with intermediate size {} (a multiple of 8 is needed)",
+                h.intermediate_size
+            )));
+        }
         let act = h.hidden_act.as_str();
         let gelu = match act {
             "silu" | "swish" => false,
             "gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new" | "gelu_fast" => true,
+            "relu2" => false,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "activation {other:?} (silu and gelu_pytorch_tanh are supported)"
+                    "activation {other:?} (silu, gelu_pytorch_tanh and relu2 are supported)"
                 )))
             }
         };
@@ -467,6 +487,8 @@ impl ModelConfig {
             norm_offset: if centred { 1.0 } else { 0.0 },
             embed_scale: if gemma { (h.hidden_size as f32).sqrt() } else { 1.0 },
             gelu,
+            relu2: act == "relu2",
+            sub_norms: family == "bitnet",
             attn_scale: 1.0 / h.query_pre_attn_scalar.unwrap_or(h.head_dim as f64).sqrt(),
             attn_softcap: h.attn_logit_softcapping.unwrap_or(0.0) as f32,
             // Gemma3ForConditionalGeneration (the multimodal wrapper, which AutoModelForCausalLM

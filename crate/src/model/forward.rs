@@ -489,6 +489,7 @@ impl Builder<'_> {
             ("EPI", epi as f64),
             ("NORM", b(norm.is_some())),
             ("GELU", b(self.cfg.gelu)),
+            ("RELU2", b(self.cfg.relu2)),
             ("SOFTCAP", softcap as f64),
             ("ARGMAX", b(argmax)),
         ]);
@@ -719,6 +720,27 @@ impl Builder<'_> {
         }
     }
 
+    /// Prefill: BitNet's sub-norm of `x` (rows of `width`) into `scratch` when the model has one
+    /// at `off`; returns the buffer the next matmul reads.
+    fn sub_norm<'b>(
+        &mut self,
+        x: &'b wgpu::Buffer,
+        vecs: &wgpu::Buffer,
+        off: Option<usize>,
+        scratch: &'b wgpu::Buffer,
+        width: usize,
+    ) -> &'b wgpu::Buffer {
+        let Some(off) = off else { return x };
+        let consts = [
+            ("H", width as f64),
+            ("EPS", self.cfg.rms_eps as f64),
+            ("NW_OFF", off as f64),
+            ("W_OFFSET", self.cfg.norm_offset as f64),
+        ];
+        self.push("sub norm", Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, scratch)], Grid::Tokens);
+        scratch
+    }
+
     /// y = norm(x) (`add`: y += norm(x)), over every token or only the last.
     fn rmsnorm(
         &mut self,
@@ -777,8 +799,9 @@ pub fn build(
     // The fused decode q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
     // needs the whole head first, so those models take the matvec + rope_kv route.
     let fused_qkv = !batched && !cfg.qk_norm && !cfg.attn_gate;
-    // A gated output needs the merged attention in memory: no merging inside the o-projection.
-    if cfg.attn_gate {
+    // A gated or normed attention output needs the merged attention in memory: no merging
+    // inside the o-projection.
+    if cfg.attn_gate || cfg.sub_norms {
         short_max = 0;
     }
 
@@ -897,10 +920,12 @@ pub fn build(
             }
             if batched {
                 p.attn_gate(bf);
-                p.matmul("o", &lw.wo, &bf.attn, o_out, &lw.vecs, off.o_bias, acc);
+                let o_in = p.sub_norm(&bf.attn, &lw.vecs, off.attn_sub_norm, &bf.gu, qd);
+                p.matmul("o", &lw.wo, o_in, o_out, &lw.vecs, off.o_bias, acc);
             } else if fused {
                 p.attn_gate(bf);
-                p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, None);
+                let n = off.attn_sub_norm;
+                p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, n, acc as u32, 0.0, off.o_bias, false, None);
             } else {
                 // Deep caches merge the attention splits in their own dispatch; short ones inside
                 // the output projection, one dispatch fewer a layer.
@@ -913,7 +938,8 @@ pub fn build(
                     Grid::Fixed(cfg.n_heads as u32),
                 );
                 p.attn_gate(bf);
-                p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, None);
+                let n = off.attn_sub_norm;
+                p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, n, acc as u32, 0.0, off.o_bias, false, None);
                 if short_max > 0 {
                     p.when = When::Short;
                     let merge = Some(context);
@@ -931,15 +957,17 @@ pub fn build(
             p.push(
                 "glu",
                 Kernel::FfnAct,
-                &[("F", cfg.ffn as f64), ("GELU", b(cfg.gelu))],
+                &[("F", cfg.ffn as f64), ("GELU", b(cfg.gelu)), ("RELU2", b(cfg.relu2))],
                 &[(0, &bf.gu), (1, &bf.h)],
                 Grid::Elems(cfg.ffn as u32),
             );
-            p.matmul("down", &lw.w_down, &bf.h, down_out, &lw.vecs, off.down_bias, acc);
+            let down_in = p.sub_norm(&bf.h, &lw.vecs, off.ffn_sub_norm, &bf.gu, cfg.ffn);
+            p.matmul("down", &lw.w_down, down_in, down_out, &lw.vecs, off.down_bias, acc);
         } else {
             let (gu, gu_bias) = (&lw.w_gate_up, off.gate_up_bias);
             p.matvec("gate+up+glu", gu, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, gu_bias, false, None);
-            p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, None, acc as u32, 0.0, off.down_bias, false, None);
+            let n = off.ffn_sub_norm;
+            p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, n, acc as u32, 0.0, off.down_bias, false, None);
         }
         if let Some(pn) = off.post_ffn_norm {
             p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);

@@ -98,6 +98,8 @@ struct LayerSpec {
     /// A Gated DeltaNet layer's small tensors: conv1d weight ([channels, 1, taps]), dt_bias,
     /// A_log, the gated norm's weight.
     linear: Option<[String; 4]>,
+    /// BitNet's attention and FFN sub-norms.
+    sub_norms: Option<[String; 2]>,
 }
 
 /// (tensor name, rows) of each part of one GPU matrix buffer, and the shared column count.
@@ -251,11 +253,13 @@ impl<S: AsyncSource> HfModel<S> {
                 post_attn_norm,
                 post_ffn_norm,
                 linear: Some([a("conv1d.weight"), a("dt_bias"), a("A_log"), a("norm.weight")]),
+                sub_norms: None,
             };
         }
         LayerSpec {
             o_cols: qd,
             linear: None,
+            sub_norms: c.sub_norms.then(|| [n("self_attn.attn_sub_norm.weight"), n("mlp.ffn_sub_norm.weight")]),
             o_bias: c.o_bias.then(|| n("self_attn.o_proj.bias")),
             gate_up_bias: if c.mlp_bias { vec![n("mlp.gate_proj.bias"), n("mlp.up_proj.bias")] } else { vec![] },
             down_bias: c.mlp_bias.then(|| n("mlp.down_proj.bias")),
@@ -323,6 +327,9 @@ impl<S: AsyncSource> HfModel<S> {
             }
             for (n, shape) in self.linear_shapes(&l) {
                 out.push((n, shape_dims(shape)));
+            }
+            for (n, len) in l.sub_norms.iter().flat_map(|[a, f]| [(a, c.q_dim()), (f, self.hf.intermediate_size)]) {
+                out.push((n.clone(), vec![len]));
             }
         }
         out
@@ -535,6 +542,10 @@ impl<S: AsyncSource> HfModel<S> {
         for (n, shape) in &linear_jobs {
             jobs.push((n, *shape));
         }
+        if let Some([a, f]) = &l.sub_norms {
+            jobs.push((a, Shape::Vector(c.q_dim())));
+            jobs.push((f, Shape::Vector(fh)));
+        }
         jobs.push((&l.down, Shape::Matrix(h, fh)));
         for (n, len) in &l.qkv_bias {
             jobs.push((n, Shape::Vector(*len)));
@@ -589,7 +600,9 @@ impl<S: AsyncSource> HfModel<S> {
             a_neg: vec(a).iter().map(|&a| -(a as f64).exp() as f32).collect(),
             norm: vec(norm),
         });
+        let sub_norms = l.sub_norms.as_ref().map(|[a, f]| (vec(a), vec(f)));
         let parts = LayerParts {
+            sub_norms,
             linear,
             o_bias: l.o_bias.as_deref().map(&mut vec),
             gate_up_bias: (!l.gate_up_bias.is_empty()).then(|| {

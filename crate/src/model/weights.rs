@@ -9,7 +9,7 @@ use crate::model::streamed::StreamedMatrix;
 use crate::model::ModelConfig;
 use crate::weights::gguf::{GgufFile, TensorInfo};
 use crate::weights::pack::{self, Layout, Packed};
-use crate::weights::quant;
+use crate::weights::quant::{self, GgmlType};
 use crate::weights::reshape::{concat_rows, neox_to_pairs, permute_rows};
 use crate::weights::AsyncSource;
 
@@ -138,6 +138,9 @@ pub struct VecOffsets {
     /// Gated DeltaNet layers: convolution taps ([channel][tap]), dt bias and -exp(A_log) per
     /// value head, and the weight of the gated output norm (value_dim).
     pub conv_w: Option<usize>,
+    /// BitNet's norms of the attention output (q_dim) and of the FFN's inner activations (ffn).
+    pub attn_sub_norm: Option<usize>,
+    pub ffn_sub_norm: Option<usize>,
     pub dt_bias: Option<usize>,
     pub a_neg: Option<usize>,
     pub gnorm: Option<usize>,
@@ -162,12 +165,16 @@ impl VecOffsets {
         let o_bias = next(cfg.o_bias, h);
         let gate_up_bias = next(cfg.mlp_bias, 2 * cfg.ffn);
         let down_bias = next(cfg.mlp_bias, h);
+        let attn_sub_norm = next(cfg.sub_norms, cfg.q_dim());
+        let ffn_sub_norm = next(cfg.sub_norms, cfg.ffn);
         let lin = cfg.linear;
         let conv_w = next(lin.is_some(), lin.map_or(0, |l| l.conv_dim() * l.conv));
         let dt_bias = next(lin.is_some(), lin.map_or(0, |l| l.value_heads));
         let a_neg = next(lin.is_some(), lin.map_or(0, |l| l.value_heads));
         let gnorm = next(lin.is_some(), lin.map_or(0, |l| l.value_dim));
         VecOffsets {
+            attn_sub_norm,
+            ffn_sub_norm,
             conv_w,
             dt_bias,
             a_neg,
@@ -209,6 +216,8 @@ pub struct LayerParts {
     /// A Gated DeltaNet layer's small tensors (then `qkv` is [in_proj_qkv; z; b; a] and `o` the
     /// out_proj).
     pub linear: Option<LinearParts>,
+    /// BitNet's sub-norm weights (attention output, FFN inner activations).
+    pub sub_norms: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 /// The small tensors of a Gated DeltaNet layer, as in the file.
@@ -287,6 +296,9 @@ impl LayerParts {
         put(off.o_bias, self.o_bias, "output projection bias")?;
         put(off.gate_up_bias, self.gate_up_bias, "gate/up bias")?;
         put(off.down_bias, self.down_bias, "down projection bias")?;
+        let (a, f) = self.sub_norms.map_or((None, None), |(a, f)| (Some(a), Some(f)));
+        put(off.attn_sub_norm, a, "attention sub-norm")?;
+        put(off.ffn_sub_norm, f, "FFN sub-norm")?;
         if let Some(l) = self.linear {
             put(off.conv_w, Some(l.conv_w), "convolution weights")?;
             put(off.dt_bias, Some(l.dt_bias), "dt bias")?;
@@ -413,6 +425,10 @@ impl GgufLoader<'_> {
     /// A large matrix streamed to the GPU in row chunks (never whole in memory).
     async fn streamed(&mut self, name: &str, rows: usize, cols: usize) -> Result<StreamedMatrix> {
         let t = self.info(name, &[cols, rows])?;
+        if t.ty == GgmlType::I2_S {
+            // Its one scale sits after all rows: read in row chunks, a chunk would lack it.
+            return Err(Error::Unsupported(format!("tensor {name} in I2_S (BitNet's ternary type is run for layer matrices; embeddings and LM heads come as F16 or Q8_0 in its files)")));
+        }
         let layout =
             Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
         let m = StreamedMatrix::alloc(self.gpu, name, layout, t.ty.f16_scales(), (rows, cols))?;
@@ -625,7 +641,13 @@ pub async fn load_gguf(
             Some(s) => l.packed(&n("ssm_out.weight"), h, s.v_total()).await?,
             None => l.packed(&n("attn_output.weight"), h, qd).await?,
         };
+        let sub_norms = if cfg.sub_norms {
+            Some((l.vector(&n("attn_sub_norm.weight"), qd).await?, l.vector(&n("ffn_sub_norm.weight"), f).await?))
+        } else {
+            None
+        };
         let parts = LayerParts {
+            sub_norms,
             linear,
             o_bias,
             gate_up_bias,

@@ -73,7 +73,8 @@ impl Layout {
             | GgmlType::IQ4_XS
             | GgmlType::MXFP4
             | GgmlType::TQ1_0
-            | GgmlType::TQ2_0 => Layout::Q8 { block: 32 },
+            | GgmlType::TQ2_0
+            | GgmlType::I2_S => Layout::Q8 { block: 32 },
             GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::Q3_K => Layout::Q8 { block: 16 },
             _ => return None,
         })
@@ -116,6 +117,14 @@ pub fn pack(ty: GgmlType, rows: usize, cols: usize, raw: &[u8]) -> Result<Packed
     let n_meta = if layout.block() > 1 { 2 * n / layout.block() } else { 0 };
     let mut p =
         Packed { layout, rows, cols, words: Vec::with_capacity(layout.words_for(n)), meta: Vec::with_capacity(n_meta) };
+    if ty == GgmlType::I2_S {
+        // Ternary codes as 8-bit quants under the tensor's one scale: exact.
+        let scale = super::quant::i2s_scale(raw);
+        let q: Vec<u8> = (0..n).map(|i| super::quant::i2s_code(raw, i) as u8).collect();
+        (0..n / 32).for_each(|_| p.meta.extend([scale, -0.0]));
+        p.push_q8(&q);
+        return Ok(p);
+    }
     let ts = ty.type_size() as usize;
     let blocks = raw.chunks_exact(ts);
     match ty {

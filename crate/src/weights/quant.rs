@@ -42,12 +42,15 @@ pub enum GgmlType {
     BF16,
     TQ1_0,
     TQ2_0,
+    /// BitNet b1.58's ternary type (bitnet.cpp): 128-element blocks of 2-bit codes in 32 bytes,
+    /// one f32 scale for the whole tensor in a 32-byte trailer.
+    I2_S,
     MXFP4,
     NVFP4,
 }
 
 /// (type, ggml id, name, elements per block, bytes per block), in declaration order.
-const TYPES: [(GgmlType, u32, &str, u64, u64); 33] = {
+const TYPES: [(GgmlType, u32, &str, u64, u64); 34] = {
     use GgmlType::*;
     [
         (F32, 0, "F32", 1, 4),
@@ -81,6 +84,7 @@ const TYPES: [(GgmlType, u32, &str, u64, u64); 33] = {
         (BF16, 30, "BF16", 1, 2),
         (TQ1_0, 34, "TQ1_0", 256, 54),
         (TQ2_0, 35, "TQ2_0", 256, 66),
+        (I2_S, 36, "I2_S", 128, 32),
         (MXFP4, 39, "MXFP4", 32, 17),
         (NVFP4, 40, "NVFP4", 64, 36),
     ]
@@ -147,6 +151,7 @@ impl GgmlType {
                 | IQ4_XS
                 | TQ1_0
                 | TQ2_0
+                | I2_S
                 | MXFP4
         )
     }
@@ -180,7 +185,8 @@ impl GgmlType {
         if !n.is_multiple_of(self.block_size()) {
             return None;
         }
-        (n / self.block_size()).checked_mul(self.type_size())
+        let trailer = if self == GgmlType::I2_S { I2S_TRAILER } else { 0 };
+        (n / self.block_size()).checked_mul(self.type_size())?.checked_add(trailer)
     }
 }
 
@@ -196,6 +202,13 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
             out.len(),
             data.len()
         )));
+    }
+    if ty == GgmlType::I2_S {
+        let scale = i2s_scale(data);
+        for (i, y) in out.iter_mut().enumerate() {
+            *y = i2s_code(data, i) as f32 * scale;
+        }
+        return Ok(());
     }
     let ts = ty.type_size() as usize;
     let bs = ty.block_size() as usize;
@@ -224,6 +237,25 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
         f(b, y);
     }
     Ok(())
+}
+
+/// Bytes after an I2_S tensor's packed codes: its f32 scale, padded to 32.
+pub const I2S_TRAILER: u64 = 32;
+
+/// The scale of an I2_S tensor (`data`: the whole tensor, trailer included).
+pub fn i2s_scale(data: &[u8]) -> f32 {
+    let at = data.len() - I2S_TRAILER as usize;
+    f32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]])
+}
+
+/// Element `i` of an I2_S tensor as -1, 0 or +1 (bitnet.cpp's quantize_i2_s: byte g of a
+/// 128-element block holds elements g, g + 32, g + 64, g + 96 in bits 7-6, 5-4, 3-2, 1-0; code c
+/// means c - 1, and the unused code 3 reads as 2 as its dequantizer does).
+#[inline]
+pub fn i2s_code(data: &[u8], i: usize) -> i8 {
+    let (block, pos) = (i / 128, i % 128);
+    let byte = data[block * 32 + pos % 32];
+    ((byte >> (6 - 2 * (pos / 32))) & 3) as i8 - 1
 }
 
 /// Reads the little-endian f16 at `off` as f32 (exact: every f16 is an f32).
