@@ -147,7 +147,12 @@ impl Runtime {
                 }
             }
             // A Gated DeltaNet layer's state holds the sequence so far whatever the context.
-            let states = self.bufs.conv_state.iter().zip(&bufs.conv_state).chain(self.bufs.delta_state.iter().zip(&bufs.delta_state));
+            let states = self
+                .bufs
+                .conv_state
+                .iter()
+                .zip(&bufs.conv_state)
+                .chain(self.bufs.delta_state.iter().zip(&bufs.delta_state));
             for (old, new) in states {
                 if let (Some(old), Some(new)) = (old, new) {
                     enc.copy_buffer_to_buffer(old, 0, new, 0, old.size());

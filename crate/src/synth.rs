@@ -79,6 +79,8 @@ pub struct Shape {
     /// Qwen3.5 (`qwen35`): Gated DeltaNet layers, every layer but each `interval`-th, and
     /// gated full attention with partial rotary.
     pub hybrid: Option<Hybrid>,
+    /// BitNet b1.58 (`bitnet-b1.58`): attention and FFN sub-norms (ReLU² comes with the arch).
+    pub sub_norms: bool,
 }
 
 /// The Gated DeltaNet side of a Qwen3.5 shape.
@@ -105,6 +107,7 @@ pub struct Hybrid {
 /// | phi-3-mini | microsoft/Phi-3-mini-4k-instruct | 3072 | 32 | 32/32 | 96 | 8192 | 32064 | 10000 | 4096 | 1e-5 | no |
 /// | llama-3.1-8b | meta-llama/Llama-3.1-8B | 4096 | 32 | 32/8 | 128 | 14336 | 128256 | 500000 | 131072 | 1e-5 | no |
 ///
+/// | bitnet-2b | microsoft/bitnet-b1.58-2B-4T | 2560 | 30 | 20/5 | 128 | 6912 | 128256 | 500000 | 4096 | 1e-5 | yes |
 /// | qwen3.5-0.8b | Qwen/Qwen3.5-0.8B | 1024 | 24 | 8/2 | 256 | 3584 | 248320 | 10000000 | 262144 | 1e-6 | yes |
 ///
 /// Qwen3.5-0.8B: 18 Gated DeltaNet layers (16 key and 16 value heads of 128, 4 convolution taps)
@@ -134,6 +137,7 @@ pub const SHAPES: &[Shape] = &[
         fused: false,
         llama3_rope: None,
         hybrid: None,
+        sub_norms: false,
     },
     Shape {
         name: "llama-3.2-1b",
@@ -158,6 +162,7 @@ pub const SHAPES: &[Shape] = &[
             original_max_position_embeddings: 8192.0,
         }),
         hybrid: None,
+        sub_norms: false,
     },
     Shape {
         name: "qwen2.5-0.5b",
@@ -177,6 +182,7 @@ pub const SHAPES: &[Shape] = &[
         fused: false,
         llama3_rope: None,
         hybrid: None,
+        sub_norms: false,
     },
     Shape {
         name: "phi-3-mini",
@@ -196,6 +202,7 @@ pub const SHAPES: &[Shape] = &[
         fused: true,
         llama3_rope: None,
         hybrid: None,
+        sub_norms: false,
     },
     Shape {
         name: "llama-3.1-8b",
@@ -220,6 +227,7 @@ pub const SHAPES: &[Shape] = &[
             original_max_position_embeddings: 8192.0,
         }),
         hybrid: None,
+        sub_norms: false,
     },
     Shape {
         name: "qwen3.5-0.8b",
@@ -238,7 +246,36 @@ pub const SHAPES: &[Shape] = &[
         qkv_bias: false,
         fused: false,
         llama3_rope: None,
-        hybrid: Some(Hybrid { key_heads: 16, value_heads: 16, key_dim: 128, value_dim: 128, conv: 4, interval: 4, rope_dim: 64 }),
+        hybrid: Some(Hybrid {
+            key_heads: 16,
+            value_heads: 16,
+            key_dim: 128,
+            value_dim: 128,
+            conv: 4,
+            interval: 4,
+            rope_dim: 64,
+        }),
+        sub_norms: false,
+    },
+    Shape {
+        name: "bitnet-2b",
+        arch: "bitnet-b1.58",
+        hidden: 2560,
+        layers: 30,
+        heads: 20,
+        kv_heads: 5,
+        head_dim: 128,
+        ffn: 6912,
+        vocab: 128256,
+        context: 4096,
+        rope_theta: 500000.0,
+        rms_eps: 1e-5,
+        tied: true,
+        qkv_bias: false,
+        fused: false,
+        llama3_rope: None,
+        hybrid: None,
+        sub_norms: true,
     },
 ];
 
@@ -261,6 +298,10 @@ pub const TYPES: [GgmlType; 16] = {
 pub fn parse_type(s: &str) -> Result<GgmlType> {
     let lower = s.to_ascii_lowercase();
     let base = ["_s", "_m", "_l"].iter().find_map(|x| lower.strip_suffix(x).filter(|b| b.ends_with("_k")));
+    if lower == "i2_s" {
+        // bitnet.cpp's ternary type, for the bitnet-2b shape (rows of whole 128-element blocks).
+        return Ok(GgmlType::I2_S);
+    }
     GgmlType::from_name(base.unwrap_or(&lower)).filter(|t| TYPES.contains(t)).ok_or_else(|| {
         let names: Vec<String> = TYPES.iter().map(|t| t.name().to_ascii_lowercase()).collect();
         Error::InvalidOption(format!("--type {s:?}: expected one of {}", names.join(", ")))
@@ -355,17 +396,21 @@ pub struct SynthTensor {
 
 /// The tensor table of `shape` with matrices of type `ty`, in llama.cpp's names and ggml order.
 pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
-    let mut out = Vec::new();
+    let (h, q, kv, f) = (shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.ffn);
+    // bitnet.cpp's I2_S files keep the embedding in F16 (the LM head ties to it).
+    let embed_ty = if ty == GgmlType::I2_S { GgmlType::F16 } else { matrix_type(ty, h) };
+    let embed =
+        SynthTensor { name: "token_embd.weight".into(), dims: vec![h, shape.vocab], ty: embed_ty, fill: Fill::Random };
+    let mut out = vec![embed];
     let mut mat = |name: String, ne0: u64, ne1: u64| {
         out.push(SynthTensor { name, dims: vec![ne0, ne1], ty: matrix_type(ty, ne0), fill: Fill::Random })
     };
-    let (h, q, kv, f) = (shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.ffn);
-    mat("token_embd.weight".into(), h, shape.vocab);
     let linear = |i: u64| shape.hybrid.filter(|y| (i + 1) % y.interval != 0);
     for i in 0..shape.layers {
         let b = |n: &str| format!("blk.{i}.{n}");
         if let Some(y) = linear(i) {
-            let (conv_dim, vt) = (2 * y.key_heads * y.key_dim + y.value_heads * y.value_dim, y.value_heads * y.value_dim);
+            let (conv_dim, vt) =
+                (2 * y.key_heads * y.key_dim + y.value_heads * y.value_dim, y.value_heads * y.value_dim);
             mat(b("attn_qkv.weight"), h, conv_dim);
             mat(b("attn_gate.weight"), h, vt);
             mat(b("ssm_beta.weight"), h, y.value_heads);
@@ -431,6 +476,10 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
             continue;
         }
         small.push(vec(b("ffn_norm.weight"), h, Fill::Const(1.0)));
+        if shape.sub_norms {
+            small.push(vec(b("attn_sub_norm.weight"), q, Fill::Const(1.0)));
+            small.push(vec(b("ffn_sub_norm.weight"), f, Fill::Const(1.0)));
+        }
         if shape.qkv_bias {
             small.push(vec(b("attn_q.bias"), q, Fill::Const(0.0)));
             small.push(vec(b("attn_k.bias"), kv, Fill::Const(0.0)));
@@ -545,11 +594,17 @@ pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWr
         shape.layers = n;
     }
     let ty = opts.ty;
-    if file_type(ty) == 0 {
+    // I2_S files come from bitnet.cpp, whose file-type numbering is its own: no file type then.
+    if file_type(ty) == 0 && ty != GgmlType::I2_S {
         return Err(Error::InvalidOption(format!("type {} is not one make-gguf writes", ty.name())));
     }
     let list = tensors(&shape, ty);
-    let fallback: Vec<&SynthTensor> = list.iter().filter(|t| t.dims.len() == 2 && t.ty != ty).collect();
+    // Matrices whose type falls back (not the small F32 ones, nor I2_S files' F16 embedding).
+    let fallback: Vec<&SynthTensor> = list
+        .iter()
+        .filter(|t| t.dims.len() == 2 && t.ty != ty && t.ty != GgmlType::F32)
+        .filter(|t| !(ty == GgmlType::I2_S && t.name == "token_embd.weight"))
+        .collect();
     // Spaced out: llama.cpp adjusts its tokenizer by model name ("phi-3" expects Phi-3's own
     // special tokens, which the borrowed vocabulary lacks, and then fails to load the file).
     let mut name = format!("synthetic {} shape {}", shape.name.replace('-', " "), ty.name());
@@ -590,7 +645,6 @@ pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWr
         (k("attention.layer_norm_rms_epsilon"), Value::F32(shape.rms_eps as f32)),
         (k("rope.dimension_count"), Value::U32(shape.head_dim as u32)),
         (k("vocab_size"), Value::U32(shape.vocab as u32)),
-        ("general.file_type".into(), Value::U32(file_type(ty))),
         ("general.quantization_version".into(), Value::U32(2)),
     ];
     if let Some(y) = shape.hybrid {
@@ -604,6 +658,9 @@ pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWr
             (k("ssm.inner_size"), Value::U32((y.value_heads * y.value_dim) as u32)),
             (k("full_attention_interval"), Value::U32(y.interval as u32)),
         ]);
+    }
+    if file_type(ty) != 0 {
+        kv.push(("general.file_type".into(), Value::U32(file_type(ty))));
     }
     if shape.head_dim * shape.heads != shape.hidden {
         kv.push((k("attention.key_length"), Value::U32(shape.head_dim as u32)));
@@ -660,6 +717,8 @@ fn template(ty: GgmlType) -> Option<BlockTemplate> {
         MXFP4 => vec![(0, vec![119])], // 2^(119 - 128) times the doubled E2M1 values
         TQ1_0 => vec![(52, f16_bytes(0.008).to_vec())],
         TQ2_0 => vec![(64, f16_bytes(0.008).to_vec())],
+        // Codes only; the tensor's scale is in its trailer (fill_chunk).
+        I2_S => vec![],
         _ => return None,
     };
     Some(BlockTemplate { size: ty.type_size() as usize, fields })
@@ -705,6 +764,19 @@ fn fill_chunk(t: &SynthTensor, rng: &mut Rng, offset_elems: u64, buf: &mut [u8])
                         let r = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                         let x = ((r >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.03;
                         c.copy_from_slice(&x.to_le_bytes());
+                    }
+                }
+                GgmlType::I2_S => {
+                    // 32-byte blocks of codes, then the trailer block with the tensor's scale.
+                    let blocks = t.dims.iter().product::<u64>() / 128;
+                    for (j, b) in buf.chunks_exact_mut(32).enumerate() {
+                        if offset_elems / 128 + j as u64 >= blocks {
+                            b.fill(0);
+                            b[..4].copy_from_slice(&0.009f32.to_le_bytes());
+                        } else {
+                            // Ternary: the unused code 3 becomes 1 (a zero weight).
+                            b.iter_mut().for_each(|x| *x &= !((*x & (*x >> 1) & 0x55) << 1));
+                        }
                     }
                 }
                 ty => {

@@ -45,7 +45,15 @@ fn check_tensors(g: &GgufFile, shape: &Shape, ty: GgmlType) {
     let dims = |n: &str| g.tensor(n).unwrap_or_else(|| panic!("{n} missing")).dims.clone();
     assert_eq!(dims("token_embd.weight"), vec![h, shape.vocab]);
     assert_eq!(g.tensor("output.weight").is_none(), shape.tied);
-    if shape.fused {
+    if let Some(y) = shape.hybrid {
+        // Layer 0 is a Gated DeltaNet layer, layer interval - 1 the first gated attention.
+        let conv = 2 * y.key_heads * y.key_dim + y.value_heads * y.value_dim;
+        assert_eq!(dims("blk.0.attn_qkv.weight"), vec![h, conv]);
+        if shape.layers >= y.interval {
+            assert_eq!(dims(&format!("blk.{}.attn_q.weight", y.interval - 1)), vec![h, 2 * shape.heads * hd]);
+        }
+        assert_eq!(dims("blk.0.ffn_gate.weight"), vec![h, shape.ffn]);
+    } else if shape.fused {
         assert_eq!(dims("blk.0.attn_qkv.weight"), vec![h, (shape.heads + 2 * shape.kv_heads) * hd]);
         assert_eq!(dims("blk.0.ffn_up.weight"), vec![h, 2 * shape.ffn]);
         assert!(g.tensor("blk.0.ffn_gate.weight").is_none() && g.tensor("blk.0.attn_q.weight").is_none());
@@ -57,7 +65,8 @@ fn check_tensors(g: &GgufFile, shape: &Shape, ty: GgmlType) {
     assert_eq!(g.tensor("blk.0.attn_q.bias").is_some(), shape.qkv_bias);
     assert_eq!(g.tensor("rope_freqs.weight").map(|t| t.dims.clone()), shape.llama3_rope.map(|_| vec![hd / 2]));
     for t in &g.tensors {
-        if t.name.ends_with("norm.weight") || t.name.ends_with(".bias") || t.name.starts_with("rope_freqs") {
+        let small = ["norm.weight", ".bias", "ssm_conv1d.weight", "ssm_a"];
+        if small.iter().any(|s| t.name.ends_with(s)) || t.name.starts_with("rope_freqs") {
             assert_eq!(t.ty, GgmlType::F32, "{}", t.name);
         } else if t.dims[0] % ty.block_size() != 0 {
             assert_eq!(t.ty, synth::matrix_type(ty, t.dims[0]), "{}", t.name);
@@ -78,7 +87,7 @@ fn check_metadata(g: &GgufFile, shape: &Shape, layers: u64) {
     assert_eq!(u(&format!("{a}.attention.head_count")), shape.heads);
     assert_eq!(u(&format!("{a}.attention.head_count_kv")), shape.kv_heads);
     assert_eq!(u(&format!("{a}.context_length")), shape.context);
-    assert_eq!(u(&format!("{a}.rope.dimension_count")), shape.head_dim);
+    assert_eq!(u(&format!("{a}.rope.dimension_count")), shape.hybrid.map_or(shape.head_dim, |y| y.rope_dim));
     assert_eq!(u(&format!("{a}.vocab_size")), shape.vocab);
     assert_eq!(g.get_f64(&format!("{a}.rope.freq_base")).unwrap(), Some(shape.rope_theta));
     assert_eq!(u("general.quantization_version"), 2);
@@ -185,6 +194,7 @@ fn random_data_small_shape() {
         fused: false,
         llama3_rope: synth::shape("llama-3.2-1b").unwrap().llama3_rope,
         hybrid: None,
+        sub_norms: false,
     };
     for ty in synth::TYPES {
         let opts = SynthOptions { shape: shape.clone(), ty, seed: 42, layers: None, sparse: false };

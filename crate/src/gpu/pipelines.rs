@@ -144,9 +144,7 @@ impl Kernel {
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::Mask => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
             Kernel::Conv1d => &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform)],
-            Kernel::DeltaPrep => {
-                &[Some(ReadWrite), Some(Read), Some(ReadWrite), Some(Read), None, Some(Uniform)]
-            }
+            Kernel::DeltaPrep => &[Some(ReadWrite), Some(Read), Some(ReadWrite), Some(Read), None, Some(Uniform)],
             Kernel::DeltaRule => &[Some(Read), Some(Read), Some(ReadWrite), None, Some(ReadWrite), Some(Uniform)],
             Kernel::GatedNorm => &[Some(Read), Some(ReadWrite), None, Some(Read), None, Some(Uniform)],
             Kernel::AttnGate => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],

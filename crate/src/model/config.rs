@@ -181,9 +181,10 @@ impl ModelConfig {
         let k = |s: &str| format!("{arch}.{s}");
         // Qwen3.5 files may append multi-token-prediction blocks, which generation does not use.
         let nextn = count(g, &k("nextn_predict_layers"), bounds::LAYERS)?.unwrap_or(0);
-        let n_layers = need(g, &k("block_count"), bounds::LAYERS)?.checked_sub(nextn).filter(|&n| n > 0).ok_or_else(
-            || Error::Model(format!("{}: {} prediction layers leave no decoder layer", g.name, nextn)),
-        )?;
+        let n_layers = need(g, &k("block_count"), bounds::LAYERS)?
+            .checked_sub(nextn)
+            .filter(|&n| n > 0)
+            .ok_or_else(|| Error::Model(format!("{}: {} prediction layers leave no decoder layer", g.name, nextn)))?;
         let (linear, layer_linear) = gguf_linear_layers(g, &arch, n_layers)?;
         let hidden = need(g, &k("embedding_length"), bounds::HIDDEN)?;
         let n_heads = need(g, &k("attention.head_count"), bounds::HEADS)?;
@@ -407,11 +408,9 @@ impl ModelConfig {
         match family {
             "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_5" | "qwen3_5_text" | "phi3" | "gemma" | "gemma2"
             | "gemma3" | "gemma3_text" | "bitnet" => {}
-            other => {
-                return Err(Error::Unsupported(format!(
-                    "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, qwen3_5, phi3, gemma2, gemma3, bitnet)"
-                )))
-            }
+            other => return Err(Error::Unsupported(format!(
+                "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, qwen3_5, phi3, gemma2, gemma3, bitnet)"
+            ))),
         }
         let n_layers = h.num_hidden_layers;
         let rope_dim = h.rope_dim(&h.rope);

@@ -838,8 +838,15 @@ pub fn build(
                     ("ROT", cfg.rope_dim as f64),
                     ("CAP", cap),
                 ]);
-                let bufs =
-                    [(0, &lw.wqkv.words), (1, &lw.wqkv.meta), (2, &bf.x), (3, &bf.qkv), (4, &lw.vecs), (6, kv), (7, rope)];
+                let bufs = [
+                    (0, &lw.wqkv.words),
+                    (1, &lw.wqkv.meta),
+                    (2, &bf.x),
+                    (3, &bf.qkv),
+                    (4, &lw.vecs),
+                    (6, kv),
+                    (7, rope),
+                ];
                 p.push(
                     "qkv",
                     Kernel::QkvRope,

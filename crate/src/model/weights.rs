@@ -488,8 +488,15 @@ pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
         total += layout.words_for(t.n_elements as usize) as u64 * 4
             + if layout.block() > 1 { 8 * t.n_elements / layout.block() as u64 } else { 0 };
         let part = |names: &[&str]| names.iter().any(|p| t.name.contains(p));
-        let qkv_parts =
-            ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight"];
+        let qkv_parts = [
+            "attn_q.weight",
+            "attn_k.weight",
+            "attn_v.weight",
+            "attn_qkv.weight",
+            "attn_gate.weight",
+            "ssm_beta.weight",
+            "ssm_alpha.weight",
+        ];
         let group = if part(&qkv_parts) {
             Some("qkv")
         } else if part(&["ffn_gate.weight", "ffn_up.weight"]) {
