@@ -491,6 +491,15 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
     small
 }
 
+/// Matrices whose type falls back from `ty` (not the small F32 ones, nor I2_S files' F16
+/// embedding, which is how bitnet.cpp writes them).
+fn fallbacks(list: &[SynthTensor], ty: GgmlType) -> Vec<&SynthTensor> {
+    list.iter()
+        .filter(|t| t.dims.len() == 2 && t.ty != ty && t.ty != GgmlType::F32)
+        .filter(|t| !(ty == GgmlType::I2_S && t.name == "token_embd.weight"))
+        .collect()
+}
+
 /// The `tokenizer.*` keys of `src`, resized to `vocab` tokens (see the module docs).
 pub fn tokenizer_metadata(src: &GgufFile, vocab: u64) -> Result<Vec<(String, Value)>> {
     let vocab = vocab as usize;
@@ -599,12 +608,7 @@ pub fn build_writer(opts: &SynthOptions, tokenizer: &GgufFile) -> Result<(GgufWr
         return Err(Error::InvalidOption(format!("type {} is not one make-gguf writes", ty.name())));
     }
     let list = tensors(&shape, ty);
-    // Matrices whose type falls back (not the small F32 ones, nor I2_S files' F16 embedding).
-    let fallback: Vec<&SynthTensor> = list
-        .iter()
-        .filter(|t| t.dims.len() == 2 && t.ty != ty && t.ty != GgmlType::F32)
-        .filter(|t| !(ty == GgmlType::I2_S && t.name == "token_embd.weight"))
-        .collect();
+    let fallback = fallbacks(&list, ty);
     // Spaced out: llama.cpp adjusts its tokenizer by model name ("phi-3" expects Phi-3's own
     // special tokens, which the borrowed vocabulary lacks, and then fails to load the file).
     let mut name = format!("synthetic {} shape {}", shape.name.replace('-', " "), ty.name());
@@ -903,7 +907,7 @@ pub fn write(
         bytes: written,
         tensors: list.len(),
         seconds: start.elapsed().as_secs_f64(),
-        fallback: list.iter().filter(|t| t.dims.len() == 2 && t.ty != opts.ty).map(|t| t.name.clone()).collect(),
+        fallback: fallbacks(&list, opts.ty).iter().map(|t| format!("{} ({})", t.name, t.ty.name())).collect(),
     })
 }
 

@@ -642,7 +642,11 @@ fn make_gguf(
     let r = synth::write(&opts, &tok, std::path::Path::new(out), &mut |done| eprint!("\r{out}: {} MiB", done >> 20))?;
     eprintln!();
     if !r.fallback.is_empty() {
-        eprintln!("{} matrices are Q8_0 (input dimension not a multiple of 256)", r.fallback.len());
+        eprintln!(
+            "{} matrices fall back to llama.cpp's type for their input dimension, e.g. {}",
+            r.fallback.len(),
+            r.fallback[0]
+        );
     }
     eprintln!(
         "{out}: {} tensors, {} bytes in {:.2} s ({:.0} MB/s)",
