@@ -86,7 +86,8 @@ function makeHfFolders(dir) {
     for (const f of files) fs.copyFileSync(path.join(ARCH, family, f), path.join(dir, to, f));
   };
   copy('llama', 'llama');
-  copy('qwen3_5', 'qwen3_5');
+  copy('qwen3_5', 'qwen3_5', ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
+  copy('bitnet', 'bitnet', ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
   copy('qwen2', 'qwen2-sharded', ['config.json', 'generation_config.json']);
   shardSafetensors(path.join(ARCH, 'qwen2/model.safetensors'), path.join(dir, 'qwen2-sharded'), 2);
   // Broken: no config.json; an unknown model_type; a shard that 404s; a shard name with a path.
@@ -731,14 +732,20 @@ test('HF folder: logits and greedy tokens match transformers (single file, shard
   assert.ok(!l.after.some((m) => m.url.includes('/hf/')), JSON.stringify(l.after));
 });
 
-test('HF folder: Qwen3.5 (Gated DeltaNet + gated attention) matches transformers, in the page and a worker', async () => {
-  const r35 = ref('qwen3_5');
+test('Qwen3.5 (Gated DeltaNet + gated attention) and BitNet b1.58 match transformers from their folders and GGUF files, in the page and a worker', async () => {
   const page = await openPage();
-  for (const worker of [false, true]) {
-    const a = await hfRun(page, { model: '/hf/qwen3_5/', worker, cache: 'none' }, r35);
-    assert.ok(a.ok, a.message);
-    assert.deepEqual(a.value.tokens, r35.greedy, `greedy tokens (worker: ${worker})`);
-    log(`qwen3_5 (worker ${worker}) logits error`, checkLogits('qwen3_5', a.value.topLogits, 1e-2).toExponential(2));
+  for (const [family, model, worker, tol] of [
+    ['qwen3_5', '/hf/qwen3_5/', false, 1e-2],
+    ['qwen3_5', '/hf/qwen3_5/', true, 1e-2],
+    ['qwen3_5', '/hf/qwen3_5/model.gguf', true, 2e-2],
+    ['bitnet', '/hf/bitnet/', false, 1e-2],
+    ['bitnet', '/hf/bitnet/model.gguf', true, 1e-2],
+  ]) {
+    const r = ref(family);
+    const a = await hfRun(page, { model, worker, cache: 'none' }, r);
+    assert.ok(a.ok, `${model}: ${a.message}`);
+    assert.deepEqual(a.value.tokens, r.greedy, `${model} greedy tokens (worker: ${worker})`);
+    log(`${model} (worker ${worker}) logits error`, checkLogits(family, a.value.topLogits, tol).toExponential(2));
   }
   await page.close();
 });
