@@ -117,6 +117,21 @@ fn hybrid_prefix_reuse_matches_a_fresh_run() {
     assert_eq!(again.tokens, grow(&mut open(), &long).tokens);
 }
 
+/// MLX-quantized folders (tests/fixtures/arch/*-mlx*, made by tests/scripts/make_mlx_fixtures.py
+/// with mlx.core.quantize): 4-bit groups of 64 (Qwen3, tied embedding quantized too) and 8-bit
+/// groups of 32 (Llama, untied head), against transformers on MLX's own dequantized weights.
+#[test]
+fn mlx_quantized_folders_match_their_dequantized_reference() {
+    let mut fails = Vec::new();
+    for (name, base, shrink) in [("qwen3-mlx4", "qwen3", 4), ("llama-mlx8", "llama", 2)] {
+        fails.extend(check(name, name, "none", 1e-2, true));
+        // The matrices stay in 4 / 8 bits on the GPU (the f32 folder's are 32).
+        let (q, f) = (load(name, "none").rt.weights.bytes, load(base, "none").rt.weights.bytes);
+        assert!(q * shrink < f, "{name}: {q} bytes of weights on the GPU, the f32 folder's {f}");
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
 #[test]
 fn sliding_layers_keep_only_the_window() {
     // Prefill in chunks of 4: sliding layers then hold window + 4 = 12 cache slots (a ring), not

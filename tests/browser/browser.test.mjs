@@ -88,6 +88,7 @@ function makeHfFolders(dir) {
   copy('llama', 'llama');
   copy('qwen3_5', 'qwen3_5', ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
   copy('bitnet', 'bitnet', ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
+  copy('qwen3-mlx4', 'qwen3-mlx4');
   copy('qwen2', 'qwen2-sharded', ['config.json', 'generation_config.json']);
   shardSafetensors(path.join(ARCH, 'qwen2/model.safetensors'), path.join(dir, 'qwen2-sharded'), 2);
   // Broken: no config.json; an unknown model_type; a shard that 404s; a shard name with a path.
@@ -732,7 +733,7 @@ test('HF folder: logits and greedy tokens match transformers (single file, shard
   assert.ok(!l.after.some((m) => m.url.includes('/hf/')), JSON.stringify(l.after));
 });
 
-test('Qwen3.5 (Gated DeltaNet + gated attention) and BitNet b1.58 match transformers from their folders and GGUF files, in the page and a worker', async () => {
+test('Qwen3.5 (Gated DeltaNet + gated attention), BitNet b1.58 and MLX 4-bit weights match transformers from folders and GGUF files, in the page and a worker', async () => {
   const page = await openPage();
   for (const [family, model, worker, tol] of [
     ['qwen3_5', '/hf/qwen3_5/', false, 1e-2],
@@ -740,6 +741,8 @@ test('Qwen3.5 (Gated DeltaNet + gated attention) and BitNet b1.58 match transfor
     ['qwen3_5', '/hf/qwen3_5/model.gguf', true, 2e-2],
     ['bitnet', '/hf/bitnet/', false, 1e-2],
     ['bitnet', '/hf/bitnet/model.gguf', true, 1e-2],
+    // MLX 4-bit weights (mlx_lm.convert's layout), against transformers on MLX's dequantization.
+    ['qwen3-mlx4', '/hf/qwen3-mlx4/', true, 1e-2],
   ]) {
     const r = ref(family);
     const a = await hfRun(page, { model, worker, cache: 'none' }, r);

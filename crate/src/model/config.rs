@@ -408,9 +408,11 @@ impl ModelConfig {
         match family {
             "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_5" | "qwen3_5_text" | "phi3" | "gemma" | "gemma2"
             | "gemma3" | "gemma3_text" | "bitnet" => {}
-            other => return Err(Error::Unsupported(format!(
+            other => {
+                return Err(Error::Unsupported(format!(
                 "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, qwen3_5, phi3, gemma2, gemma3, bitnet)"
-            ))),
+            )))
+            }
         }
         let n_layers = h.num_hidden_layers;
         let rope_dim = h.rope_dim(&h.rope);

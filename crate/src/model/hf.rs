@@ -148,6 +148,54 @@ fn packed_type(dtype: &StDtype, q: Quantize, cols: usize) -> Result<GgmlType> {
     })
 }
 
+/// How a matrix is stored in the folder: float (packed as is, or quantized at load to the
+/// type), or MLX's affine quantization (`mlx_lm.convert -q`: uint32 words of `bits`-bit codes
+/// with per-group `scales` and `biases`, w = scale * q + bias).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stored {
+    Plain(GgmlType),
+    Mlx { bits: usize, group: usize },
+}
+
+impl Stored {
+    fn layout(self) -> Layout {
+        match self {
+            Stored::Plain(ty) => Layout::for_type(ty).expect("F32, F16, BF16, Q8_0 and Q4_0 have layouts"),
+            Stored::Mlx { bits: 4, .. } => Layout::Q4 { block: 32 },
+            Stored::Mlx { .. } => Layout::Q8 { block: 32 },
+        }
+    }
+}
+
+/// MLX codes of `bits` bits, rows of `cols`, with one (scale, bias) per `group` elements, as
+/// the 4-bit (unsigned nibbles, as MLX packs them) or 8-bit (bytes made signed, the bias moved
+/// by 128 scales) layout. MLX packs element j of a row into bits (j % (32 / bits)) * bits of
+/// word j / (32 / bits): the layouts' own order.
+fn pack_mlx(
+    words: &[u8],
+    scales: &[f32],
+    biases: &[f32],
+    (rows, cols): (usize, usize),
+    bits: usize,
+    group: usize,
+) -> Packed {
+    let layout = if bits == 4 { Layout::Q4 { block: 32 } } else { Layout::Q8 { block: 32 } };
+    let mut w: Vec<u32> = words.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    if bits == 8 {
+        w.iter_mut().for_each(|x| *x ^= 0x8080_8080);
+    }
+    let groups = cols / group;
+    let mut meta = Vec::with_capacity(rows * cols / 16);
+    for r in 0..rows {
+        for b in 0..cols / 32 {
+            let g = r * groups + b * 32 / group;
+            let (s, o) = (scales[g], biases[g]);
+            meta.extend([s, if bits == 8 { o + 128.0 * s } else { o }]);
+        }
+    }
+    Packed { layout, rows, cols, words: w, meta }
+}
+
 /// Bytes for a message: whole MiB from 1 MiB up, else KiB (rounded up).
 fn size_text(b: u64) -> String {
     if b >= 1 << 20 {
@@ -346,6 +394,57 @@ impl<S: AsyncSource> HfModel<S> {
         ]
     }
 
+    /// How matrix `name` ([rows, cols] as a float matrix) is stored, checked against the
+    /// tensors in the folder: MLX-quantized when `<stem>.scales` is there (bits and group from
+    /// the shapes of the words and the scales), else float packed as `q` asks.
+    fn stored(&self, name: &str, (rows, cols): (usize, usize), q: Quantize) -> Result<Stored> {
+        let stem = name.strip_suffix(".weight").unwrap_or(name);
+        let Some((_, _, s)) = self.st.get(&format!("{stem}.scales")) else {
+            let t = self.tensor(name, &[rows, cols])?;
+            let ty = packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
+            return Ok(Stored::Plain(ty));
+        };
+        let bad = |m: String| Error::Model(format!("MLX-quantized {name}: {m}"));
+        let (_, _, w) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
+        let (_, _, b) = self
+            .st
+            .get(&format!("{stem}.biases"))
+            .ok_or_else(|| bad(format!("{stem}.scales without {stem}.biases")))?;
+        if w.dtype.name() != "U32" || w.shape.len() != 2 || w.shape[0] != rows as u64 {
+            return Err(bad(format!("words {} {:?}, expected U32 with {rows} rows", w.dtype.name(), w.shape)));
+        }
+        let bits = (w.shape[1] * 32) as usize / cols.max(1);
+        if !matches!(bits, 4 | 8) || w.shape[1] as usize * 32 != cols * bits {
+            return Err(Error::Unsupported(format!(
+                "MLX-quantized {name}: {} words a row for {cols} columns ({} bits; 4 and 8 bits run)",
+                w.shape[1],
+                w.shape[1] as usize * 32 / cols.max(1)
+            )));
+        }
+        let groups = s.shape.get(1).copied().unwrap_or(0) as usize;
+        if s.shape.len() != 2 || s.shape[0] != rows as u64 || groups == 0 || cols % groups != 0 || b.shape != s.shape {
+            return Err(bad(format!("scales {:?} / biases {:?} for {rows} x {cols}", s.shape, b.shape)));
+        }
+        let group = cols / groups;
+        if group % 32 != 0 || matches!(s.dtype, StDtype::Other { .. }) || b.dtype != s.dtype {
+            return Err(Error::Unsupported(format!(
+                "MLX-quantized {name}: groups of {group} with {} scales (multiples of 32, F32/F16/BF16 run)",
+                s.dtype.name()
+            )));
+        }
+        Ok(Stored::Mlx { bits, group })
+    }
+
+    /// Bytes of `name` and its MLX scales and biases, if any.
+    fn stored_bytes(&self, name: &str) -> u64 {
+        let stem = name.strip_suffix(".weight").unwrap_or(name);
+        [name.to_string(), format!("{stem}.scales"), format!("{stem}.biases")]
+            .iter()
+            .filter_map(|n| self.st.get(n))
+            .map(|(_, _, t)| t.n_bytes)
+            .sum()
+    }
+
     fn tensor(&self, name: &str, shape: &[usize]) -> Result<&crate::weights::safetensors::StTensor> {
         let (_, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
         if t.shape.len() != shape.len() || t.shape.iter().zip(shape).any(|(&a, &b)| a != b as u64) {
@@ -365,13 +464,10 @@ impl<S: AsyncSource> HfModel<S> {
             let mut layout = None;
             let mut rows = 0;
             for (name, r) in &parts {
-                let t = self.tensor(name, &[*r, cols])?;
-                let ty =
-                    packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
-                let l = Layout::for_type(ty).expect("F32, F16, BF16, Q8_0 and Q4_0 have layouts");
+                let l = self.stored(name, (*r, cols), q)?.layout();
                 layout = Some(layout.map_or(l, |a| crate::weights::reshape::common_layout(a, l)));
                 rows += r;
-                read += t.n_bytes;
+                read += self.stored_bytes(name);
             }
             let bytes = layout.map_or(0, |l| l.words_for(rows * cols) as u64 * 4);
             if let Some(l) = layout.filter(|_| buffer == "embed" || buffer == "lm_head") {
@@ -411,14 +507,34 @@ impl<S: AsyncSource> HfModel<S> {
         self.st.read_f32_async(name, on_read).await
     }
 
-    /// Rows `r0..r0 + n` of a `rows` x `cols` matrix, packed as `ty`.
+    /// Rows `r0..r0 + n` of a `rows` x `cols` matrix stored as `how`, packed.
     async fn rows(
         &self,
         name: &str,
         (r0, n, cols): (usize, usize, usize),
-        ty: GgmlType,
+        how: Stored,
         on_read: &mut dyn FnMut(u64),
     ) -> Result<Packed> {
+        let ty = match how {
+            Stored::Plain(ty) => ty,
+            Stored::Mlx { bits, group } => {
+                let stem = name.strip_suffix(".weight").unwrap_or(name);
+                let part = |t: String| async move {
+                    let (src, _, info) = self.st.get(&t).ok_or_else(|| Error::Model(format!("missing tensor {t}")))?;
+                    let row = info.n_bytes / info.shape[0].max(1);
+                    let raw =
+                        SafetensorsModel::read_range(src, info.offset + r0 as u64 * row, n as u64 * row, &mut |_| {})
+                            .await?;
+                    Ok::<_, Error>((raw, info.dtype.clone()))
+                };
+                let (words, _) = part(name.to_string()).await?;
+                let (s, sd) = part(format!("{stem}.scales")).await?;
+                let (b, bd) = part(format!("{stem}.biases")).await?;
+                on_read((words.len() + s.len() + b.len()) as u64);
+                let f = |raw: &[u8], d: &StDtype| crate::weights::safetensors::to_f32(d, raw).expect("dtype checked");
+                return Ok(pack_mlx(&words, &f(&s, &sd), &f(&b, &bd), (n, cols), bits, group));
+            }
+        };
         let (src, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
         let row_bytes = t.n_bytes / t.shape[0].max(1);
         let raw =
@@ -440,9 +556,8 @@ impl<S: AsyncSource> HfModel<S> {
         q: Quantize,
         on_read: &mut dyn FnMut(u64),
     ) -> Result<Packed> {
-        let t = self.tensor(name, &[rows, cols])?;
-        let ty = packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
-        self.rows(name, (0, rows, cols), ty, on_read).await
+        let how = self.stored(name, (rows, cols), q)?;
+        self.rows(name, (0, rows, cols), how, on_read).await
     }
 
     /// Rows `r0..r0 + n` of `name` (`cols` wide in the file), each row zero-padded to `pcols`
@@ -455,6 +570,11 @@ impl<S: AsyncSource> HfModel<S> {
         q: Quantize,
         on_read: &mut dyn FnMut(u64),
     ) -> Result<Packed> {
+        if let Stored::Mlx { .. } = self.stored(name, (n, cols), q).unwrap_or(Stored::Plain(GgmlType::F32)) {
+            return Err(Error::Unsupported(format!(
+                "MLX-quantized {name}: an intermediate size that is not a multiple of 8 (the kernels would pad it)"
+            )));
+        }
         let (src, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
         let ty = packed_type(&t.dtype, q, pcols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
         let row_bytes = t.n_bytes / t.shape[0].max(1);
@@ -480,17 +600,28 @@ impl<S: AsyncSource> HfModel<S> {
         q: Quantize,
         on_read: &mut dyn FnMut(u64),
     ) -> Result<StreamedMatrix> {
-        let t = self.tensor(name, &[rows, cols])?;
-        let ty = packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
-        let layout = Layout::for_type(ty).expect("F32, F16, BF16, Q8_0 and Q4_0 have layouts");
-        // Quantizing at load gives Q8_0 / Q4_0, whose f16 block scales make f16 metadata exact.
-        let m = StreamedMatrix::alloc(gpu, label, layout, true, (rows, cols))?;
+        let how = self.stored(name, (rows, cols), q)?;
+        let t = self
+            .st
+            .get(name)
+            .map(|(_, _, t)| t.clone())
+            .ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
+        // Quantizing at load gives Q8_0 / Q4_0, whose f16 block scales make f16 metadata exact;
+        // so do MLX's 4-bit f16 scales and biases (8-bit offsets move by 128 scales: kept f32).
+        let f16_meta = match how {
+            Stored::Plain(_) => true,
+            Stored::Mlx { bits, .. } => {
+                let stem = name.strip_suffix(".weight").unwrap_or(name);
+                bits == 4 && self.st.get(&format!("{stem}.scales")).is_some_and(|s| s.2.dtype == StDtype::F16)
+            }
+        };
+        let m = StreamedMatrix::alloc(gpu, label, how.layout(), f16_meta, (rows, cols))?;
         for c in m.chunks(t.n_bytes / rows.max(1) as u64, READ_CHUNK) {
             m.parts[c.part].write_rows(
                 gpu,
                 name,
                 c.local,
-                &self.rows(name, (c.first, c.n, cols), ty, on_read).await?,
+                &self.rows(name, (c.first, c.n, cols), how, on_read).await?,
             )?;
         }
         Ok(m)
