@@ -429,6 +429,17 @@ export class LocalEngine {
     }
   }
 
+  /** The GPU self-check (and with `reference` {tokens, top, tolerance?} the model's own). */
+  async diagnose(reference) {
+    await this.genLock.acquire();
+    try {
+      const body = reference == null ? '' : JSON.stringify(reference);
+      return JSON.parse(await this.call((w) => w.diagnose(body)));
+    } finally {
+      this.genLock.release();
+    }
+  }
+
   async unload() {
     await this.chain;
     // A crashed module must not be touched; after a device loss the engine's memory is freed

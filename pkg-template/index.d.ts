@@ -338,7 +338,18 @@ export interface Engine extends EventTarget {
   embeddings: {
     create(req: EmbeddingRequest): Promise<EmbeddingResponse>;
   };
+  /** GPU self-check for bug reports (see DiagnoseReport). */
+  diagnose(options?: { reference?: { tokens: number[]; top: Array<[number, number]>; tolerance?: number } }): Promise<DiagnoseReport>;
   unload(): Promise<void>;
+}
+
+export interface DiagnoseReport {
+  adapter: { name: string; backend: string; deviceType: string; driver: string };
+  limits: Record<string, number>;
+  variants: { subgroups: boolean; integerDot: boolean; fusedAttention: boolean; matrixUnits: boolean; shaderF16: boolean; timestamps: boolean };
+  checks: Array<{ name: 'prefill' | 'decode' | 'model'; passed: boolean; maxError: number; tolerance: number; detail: string }>;
+  passed: boolean;
+  model: { source: string; arch: string };
 }
 
 export interface CachedModel {

@@ -117,6 +117,14 @@ class Engine extends EventTarget {
     return r;
   }
 
+  /**
+   * A GPU self-check for bug reports: a small random model through every kernel variant this
+   * adapter selected against a CPU reference, and with `{reference: {tokens, top: [[id, logit]],
+   * tolerance?}}` the loaded model's own logits. Resolves to the report ({adapter, limits,
+   * variants, checks: [{name, passed, maxError, tolerance, detail}], passed}).
+   */
+  diagnose(options = {}) { return this._b.diagnose(options?.reference ?? null); }
+
   /** Token ids of `text` (no BOS added). */
   tokenize(text) { return this._b.tokenize(text); }
 
@@ -258,6 +266,7 @@ class WorkerBackend {
   run(input, options, emit, signal) { return this.streamed({ op: 'generate', input, options }, emit, signal); }
   chat(req, chatId, emit, signal) { return this.streamed({ op: 'chat', req, chatId }, emit, signal); }
   embed(req, emit, signal) { return this.streamed({ op: 'embed', req }, emit, signal); }
+  diagnose(reference) { return this.req({ op: 'diagnose', reference }); }
   async unload() {
     if (this.dead) return;
     const gone = typedError('EngineUnloadedError', 'the engine was unloaded');
@@ -282,6 +291,7 @@ class LocalBackend {
   run(input, options, emit, signal) { return this.e.run(input, options, emit, signal); }
   chat(req, id, emit, signal) { return this.e.chat(req, id, emit, signal); }
   embed(req, emit, signal) { return this.e.embed(req, emit, signal); }
+  diagnose(reference) { return this.e.diagnose(reference); }
   unload() { return this.e.unload(); }
   crashForTesting() { return this.e.crashForTesting(); }
   loseDeviceForTesting() { return this.e.loseDeviceForTesting(); }

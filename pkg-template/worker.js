@@ -28,6 +28,7 @@ const ops = {
   },
   tokenize: (m) => engine.tokenize(m.text),
   crashForTesting: () => engine.crashForTesting(),
+  diagnose: (m) => engine.diagnose(m.reference),
   loseDeviceForTesting: () => engine.loseDeviceForTesting(),
   decode: (m) => engine.decode(m.ids),
   async generate(m) {

@@ -9,6 +9,7 @@ pub mod chat;
 pub mod chat_limits;
 pub mod chat_template;
 pub mod constrain;
+pub mod diagnose;
 pub mod embed;
 pub mod engine;
 pub mod error;

@@ -789,6 +789,7 @@ test('embeddings: sentence-transformers folders match the reference in the page 
     const g = await ferrolm.createEngine({ model: '/embed/embeddinggemma/', worker: false, cache: 'none' });
     out.gemmaQuery = await g.embeddings.create({ input: gi, prompt_name: 'query' });
     out.gemmaInfo = g.info.embedding;
+    out.diag = await g.diagnose();
     try {
       for await (const c of g.generate('hi', { maxTokens: 2 })) void c;
       out.gen = 'ran';
@@ -828,6 +829,10 @@ test('embeddings: sentence-transformers folders match the reference in the page 
   assert.deepEqual(v.gemmaInfo.pooling, ['mean']);
   assert.equal(v.gemmaInfo.dimensions, 64);
   assert.match(v.gen, /^UnsupportedModelError: .*bidirectional/);
+  // The GPU self-check with the browser's kernel variants.
+  log('diagnose in the page:', JSON.stringify(v.diag.checks), JSON.stringify(v.diag.variants));
+  assert.equal(v.diag.passed, true);
+  assert.deepEqual(v.diag.checks.map((c) => c.name), ['prefill', 'decode']);
   const plain = byName(qwen, 'plain');
   checkEmbeddings('Qwen3-Embedding x4 (worker)', v.qwenMany, [...plain, ...plain, ...plain, ...plain]);
   assert.deepEqual(v.progress, [{ done: 16, total: 24 }, { done: 24, total: 24 }]);

@@ -54,6 +54,20 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Self-check for bug reports: a small random model through every kernel variant this
+    /// adapter selected against a CPU reference, and with --model and --reference the model's
+    /// own logits after the reference's tokens. Exit status 1 when a check fails.
+    Diagnose {
+        /// A model to load (its device is checked, and --reference applies to it).
+        #[arg(long)]
+        model: Option<String>,
+        /// JSON {"tokens": [ids], "top": [[id, logit], ...], "tolerance"?}: the model's expected
+        /// logits after those tokens (e.g. from transformers).
+        #[arg(long)]
+        reference: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Tokenize text like HF `tokenizer(text, add_special_tokens=False)`.
     Tokenize {
         #[arg(long)]
@@ -251,6 +265,7 @@ fn main() {
         Cmd::Embed { model, text, prompt_name, prompt, dimensions, json } => {
             embed(&model, text, prompt_name, prompt, dimensions, json)
         }
+        Cmd::Diagnose { model, reference, json } => diagnose(model, reference, json),
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
         Cmd::Inspect { model, json } => inspect(&model, json),
         Cmd::Bench { model, prompt_len, gen, depth, reps, sampling, json } => {
@@ -516,6 +531,52 @@ fn embed(
     for d in r["data"].as_array().into_iter().flatten() {
         let v: Vec<String> = d["embedding"].as_array().into_iter().flatten().map(|x| x.to_string()).collect();
         writeln!(out, "{}", v.join(" ")).map_err(|e| Error::io("stdout", e))?;
+    }
+    Ok(())
+}
+
+fn diagnose(model: Option<String>, reference: Option<String>, json: bool) -> Result<()> {
+    let reference: Option<ferrolm::diagnose::Reference> = match &reference {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).map_err(|e| Error::io(f.clone(), e))?;
+            Some(serde_json::from_str(&text).map_err(|e| Error::InvalidOption(format!("--reference {f}: {e}")))?)
+        }
+        None => None,
+    };
+    let r = match model {
+        Some(m) => {
+            let args = ModelArgs { model: m, quantize: "none".into(), context: None };
+            let mut engine = load(&args, json)?;
+            block_on(engine.diagnose(reference.as_ref()))?
+        }
+        None if reference.is_some() => {
+            return Err(Error::InvalidOption("--reference needs --model".into()));
+        }
+        None => block_on(ferrolm::diagnose::run_without_model())?,
+    };
+    if json {
+        println!("{r}");
+    } else {
+        let a = &r["adapter"];
+        println!("adapter: {} ({}, {}, driver {})", a["name"], a["backend"], a["deviceType"], a["driver"]);
+        println!("limits: {}", r["limits"]);
+        println!("variants: {}", r["variants"]);
+        if let Some(m) = r.get("model") {
+            println!("model: {}", m["source"]);
+        }
+        for c in r["checks"].as_array().into_iter().flatten() {
+            println!(
+                "{:<8} {}  error {:.2e} (tolerance {:.0e})  {}",
+                c["name"].as_str().unwrap_or("?"),
+                if c["passed"] == true { "ok  " } else { "FAIL" },
+                c["maxError"].as_f64().unwrap_or(f64::NAN),
+                c["tolerance"].as_f64().unwrap_or(f64::NAN),
+                c["detail"].as_str().unwrap_or("")
+            );
+        }
+    }
+    if r["passed"] != true {
+        return Err(Error::Gpu("a diagnose check failed (see the report above)".into()));
     }
     Ok(())
 }

@@ -236,6 +236,22 @@ impl Gpu {
             })
     }
 
+    /// A second handle on the same device with its own pipeline cache (the same kernel variants):
+    /// for a model of its own beside an engine's (`diagnose`).
+    pub fn sibling(&self) -> Gpu {
+        let p = &self.pipelines;
+        Gpu {
+            device: self.device.clone(),
+            queue: self.queue.clone(),
+            summary: self.summary.clone(),
+            limits: self.limits.clone(),
+            pipelines: Pipelines::new(p.subgroups, p.idot, p.fused_attention, p.matrix_units),
+            error: self.error.clone(),
+            lost: self.lost.clone(),
+            id: self.id,
+        }
+    }
+
     /// Fail with the device's loss, or else the first device error recorded since it was made.
     pub fn check(&self) -> Result<()> {
         if let Some(why) = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {

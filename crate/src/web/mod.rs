@@ -454,6 +454,24 @@ impl WasmEngine {
         Ok(run.response().to_string())
     }
 
+    /// The GPU self-check (see `diagnose.rs`); `reference_json`: `{tokens, top, tolerance?}` or
+    /// empty. Resolves to the report JSON.
+    pub fn diagnose(&self, reference_json: String) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let reference: Option<crate::diagnose::Reference> = if reference_json.is_empty() {
+                None
+            } else {
+                let r = serde_json::from_str(&reference_json)
+                    .map_err(|e| Error::InvalidOption(format!("diagnose reference: {e}")));
+                Some(r.map_err(js_err)?)
+            };
+            let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
+            let r = s.engine.diagnose(reference.as_ref()).await.map_err(js_err)?;
+            Ok(JsValue::from_str(&r.to_string()))
+        })
+    }
+
     /// Embeddings for an OpenAI `embeddings.create` request (JSON); resolves to the response JSON.
     pub fn embed(&self, request_json: String) -> js_sys::Promise {
         let inner = self.inner.clone();
