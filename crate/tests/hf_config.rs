@@ -83,6 +83,11 @@ fn fixture_weights_read_and_fit_their_configs() {
     assert!(dirs.len() >= 12, "{dirs:?}");
     for dir in dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        // MLX folders hold packed words, Qwen3.5 DeltaNet layers: their loaders' tests
+        // (arch_parity.rs) check those layouts.
+        if name.contains("-mlx") || name == "qwen3_5" {
+            continue;
+        }
         let family = name.split('-').next().unwrap();
         let cfg = HfConfig::from_json(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
         let m = open_dir(&dir).unwrap();

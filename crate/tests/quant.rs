@@ -6,9 +6,12 @@ use ferrolm::weights::quant::{dequantize, quantize, random_blocks, GgmlType, Spl
 use ferrolm::Error;
 use std::path::PathBuf;
 
-const SUPPORTED: [GgmlType; 18] = {
+const SUPPORTED: [GgmlType; 19] = {
     use GgmlType::*;
-    [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0]
+    [
+        F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0,
+        TQ2_0, I2_S,
+    ]
 };
 
 fn seed() -> u64 {
@@ -58,7 +61,8 @@ fn type_table_is_consistent() {
 
 #[test]
 fn dequantize_matches_gguf_py_bit_exact() {
-    for ty in SUPPORTED {
+    // gguf-py knows no I2_S (bitnet.cpp's type): `i2s_layout` below checks it.
+    for ty in SUPPORTED.into_iter().filter(|t| *t != GgmlType::I2_S) {
         let fx = fixture(&format!("{}.json", ty.name()));
         assert_eq!(ty_of(&fx), ty);
         let raw = hex(&fx["raw_hex"]);
@@ -148,7 +152,7 @@ fn check_pack(ty: GgmlType, rows: usize, cols: usize, rng: &mut SplitMix64) -> u
 #[test]
 fn pack_matches_dequantize_random() {
     let mut rng = SplitMix64(seed());
-    for ty in SUPPORTED {
+    for ty in SUPPORTED.into_iter().filter(|t| *t != GgmlType::I2_S) {
         let bs = ty.block_size() as usize;
         let col_blocks: &[usize] = if bs == 1 { &[1, 7, 64, 255] } else { &[1, 2, 5] };
         let mut signed_zeros = 0;
@@ -159,6 +163,33 @@ fn pack_matches_dequantize_random() {
         }
         eprintln!("{}: bit-exact; {signed_zeros} elements differ only in the sign of zero", ty.name());
     }
+}
+
+/// bitnet.cpp's I2_S: 128-element blocks of 32 bytes, byte g holding elements g, g + 32,
+/// g + 64 and g + 96 in bits 7-6, 5-4, 3-2 and 1-0 as codes value + 1, then the tensor's f32
+/// scale in a 32-byte trailer. Built here element by element from that description.
+#[test]
+fn i2s_layout() {
+    let (rows, cols, scale) = (3usize, 256usize, 0.375f32);
+    let value = |i: usize| [-1i8, 0, 1][(i * 7 + i / 5) % 3];
+    let n = rows * cols;
+    let mut raw = vec![0u8; n / 4 + 32];
+    for i in 0..n {
+        let (block, pos) = (i / 128, i % 128);
+        raw[block * 32 + pos % 32] |= ((value(i) + 1) as u8) << (6 - 2 * (pos / 32));
+    }
+    raw[n / 4..n / 4 + 4].copy_from_slice(&scale.to_le_bytes());
+    assert_eq!(GgmlType::I2_S.bytes_for(n as u64), Some(raw.len() as u64));
+    let mut got = vec![0f32; n];
+    dequantize(GgmlType::I2_S, &raw, &mut got).unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(*g, value(i) as f32 * scale, "element {i}");
+    }
+    let p = pack(GgmlType::I2_S, rows, cols, &raw).unwrap();
+    assert_eq!(p.layout, Layout::Q8 { block: 32 });
+    assert_eq!(p.dequantize(), got);
+    // The embedding and LM head path reads whole tensors only (the scale is at the end).
+    assert!(pack(GgmlType::I2_S, rows, cols, &raw[..raw.len() - 1]).is_err());
 }
 
 #[test]
