@@ -405,7 +405,7 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
     let mut mat = |name: String, ne0: u64, ne1: u64| {
         out.push(SynthTensor { name, dims: vec![ne0, ne1], ty: matrix_type(ty, ne0), fill: Fill::Random })
     };
-    let linear = |i: u64| shape.hybrid.filter(|y| (i + 1) % y.interval != 0);
+    let linear = |i: u64| shape.hybrid.filter(|y| !(i + 1).is_multiple_of(y.interval));
     for i in 0..shape.layers {
         let b = |n: &str| format!("blk.{i}.{n}");
         if let Some(y) = linear(i) {

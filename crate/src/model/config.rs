@@ -441,7 +441,7 @@ impl ModelConfig {
         } else {
             vec![h.sliding_window.is_some(); n_layers]
         };
-        if family == "bitnet" && h.intermediate_size % 8 != 0 {
+        if family == "bitnet" && !h.intermediate_size.is_multiple_of(8) {
             // The FFN sub-norm averages over the padded width the kernels would use.
             return Err(Error::Unsupported(format!(
                 "BitNet with intermediate size {} (a multiple of 8 is needed)",

@@ -426,7 +426,7 @@ impl<S: AsyncSource> HfModel<S> {
             return Err(bad(format!("scales {:?} / biases {:?} for {rows} x {cols}", s.shape, b.shape)));
         }
         let group = cols / groups;
-        if group % 32 != 0 || matches!(s.dtype, StDtype::Other { .. }) || b.dtype != s.dtype {
+        if !group.is_multiple_of(32) || matches!(s.dtype, StDtype::Other { .. }) || b.dtype != s.dtype {
             return Err(Error::Unsupported(format!(
                 "MLX-quantized {name}: groups of {group} with {} scales (multiples of 32, F32/F16/BF16 run)",
                 s.dtype.name()

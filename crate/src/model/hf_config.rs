@@ -120,7 +120,7 @@ impl LinearAttn {
     /// Columns of a value head's state one workgroup of delta_rule.wgsl takes: the largest
     /// power of two up to 32 that divides the value dimension.
     pub fn column_block(&self) -> usize {
-        [32, 16, 8, 4, 2, 1].into_iter().find(|c| self.value_dim % c == 0).unwrap_or(1)
+        [32, 16, 8, 4, 2, 1].into_iter().find(|c| self.value_dim.is_multiple_of(*c)).unwrap_or(1)
     }
 }
 
@@ -541,7 +541,7 @@ fn linear_layers(o: &Obj, family: &str, n: usize) -> Result<(Option<LinearAttn>,
         conv: o.count("linear_conv_kernel_dim", bounds::CONV)?.unwrap_or(4),
         tiled: false,
     };
-    if shape.value_heads % shape.key_heads != 0 {
+    if !shape.value_heads.is_multiple_of(shape.key_heads) {
         return Err(Error::Model(format!(
             "config.json: {} linear value heads cannot share {} key heads",
             shape.value_heads, shape.key_heads
