@@ -20,6 +20,14 @@ pub const ST_FILES: [&str; 3] = ["modules.json", "config_sentence_transformers.j
 /// Most inputs one request may hold.
 pub const MAX_INPUTS: usize = 2048;
 
+/// Most bytes of text one request may hold (all inputs together).
+pub const MAX_TEXT_BYTES: usize = 64 << 20;
+
+/// A text is tokenized only up to this many bytes per token it may keep: enough for any real
+/// vocabulary's longest tokens, so the tokens kept are those of the whole text, and a huge text
+/// cut to a few hundred tokens is not tokenized in full first.
+const BYTES_PER_TOKEN: usize = 64;
+
 /// A model folder's sentence-transformers files, read by the caller (natively from disk, in the
 /// browser by fetch): `module_files` holds what `module_files()` names, by relative path.
 #[derive(Clone, Debug, Default)]
@@ -659,6 +667,12 @@ impl EmbedRequest {
                 list.len()
             )));
         }
+        let bytes: usize = list.iter().map(|i| if let Input::Text(t) = i { t.len() } else { 0 }).sum();
+        if bytes > MAX_TEXT_BYTES {
+            return Err(Error::InvalidOption(format!(
+                "embeddings.create: {bytes} bytes of text (at most {MAX_TEXT_BYTES} a request)"
+            )));
+        }
         Ok(list)
     }
 
@@ -755,7 +769,15 @@ impl Engine {
         let (mut vectors, mut tokens) = (Vec::with_capacity(inputs.len()), 0);
         for (i, input) in inputs.iter().enumerate() {
             let (ids, skip) = match input {
-                Input::Text(t) => (self.tokenizer()?.encode_wrapped(&format!("{prompt}{t}"), max_len)?, skip),
+                Input::Text(t) => {
+                    let mut text = format!("{prompt}{t}");
+                    let cap = max_len.saturating_mul(BYTES_PER_TOKEN);
+                    if text.len() > cap {
+                        let cut = (0..=cap).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+                        text.truncate(cut);
+                    }
+                    (self.tokenizer()?.encode_wrapped(&text, max_len)?, skip)
+                }
                 Input::Ids(ids) => (ids.to_vec(), 0),
             };
             if ids.is_empty() {

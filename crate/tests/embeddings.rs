@@ -188,6 +188,16 @@ fn request_contract() {
         assert!(matches!(err, Error::InvalidOption(_)), "{req}: {err:?}");
         assert!(err.to_string().contains(want), "{req}: {err}");
     }
+    // A huge text is cut long before the tokenizer (max_seq_length 24: the first tokens only).
+    let long = "The quick brown fox jumps over the lazy dog. ".repeat(200_000);
+    let t0 = std::time::Instant::now();
+    let big = run(&mut e, json!({ "input": long.clone() })).unwrap();
+    assert!(t0.elapsed().as_secs_f64() < 10.0, "{:?}", t0.elapsed());
+    assert_eq!(big["usage"]["prompt_tokens"], json!(24));
+    let head = run(&mut e, json!({ "input": long[..2000].to_string() })).unwrap();
+    assert_eq!(big["data"], head["data"], "the same first tokens, the same embedding");
+    let err = run(&mut e, json!({ "input": ["x".repeat(40 << 20), "y".repeat(30 << 20)] })).unwrap_err();
+    assert!(err.to_string().contains("bytes of text"), "{err}");
     let err = EmbedRequest::from_json(r#"{"input": "x", "dimension": 3}"#).unwrap_err();
     assert!(err.to_string().contains("dimension"), "{err}");
     assert_eq!(run(&mut e, json!({ "input": "Hello, world!" })).unwrap()["data"], one["data"]);

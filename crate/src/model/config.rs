@@ -307,7 +307,12 @@ impl ModelConfig {
             // slices splitting 128 invocations with the column block; q/k staging holds 256 and
             // delta_prep.wgsl / gated_norm.wgsl reduce 128 / 256 values per head.
             let slices = 128 / l.column_block();
-            if l.key_dim > 128 || l.key_dim > 32 * slices || l.value_dim > 256 || !l.value_dim.is_multiple_of(4) {
+            if l.key_dim > 128
+                || l.key_dim > 32 * slices
+                || l.value_dim > 256
+                || l.value_dim < 4
+                || !l.value_dim.is_multiple_of(4)
+            {
                 return bad(format!(
                     "linear attention heads of key dimension {} / value dimension {} (at most 128 / 256; value dimension a multiple of 4)",
                     l.key_dim, l.value_dim
