@@ -528,6 +528,40 @@ impl Pipeline {
         })
     }
 
+    /// EmbeddingGemma's Dense layers as llama.cpp writes them (`dense_2.weight`,
+    /// `dense_3.weight`: in x out, no bias, identity), read from the file after its header.
+    pub async fn load_gguf_dense(
+        &mut self,
+        g: &crate::weights::gguf::GgufFile,
+        src: &dyn crate::weights::AsyncSource,
+        hidden: usize,
+    ) -> Result<()> {
+        let mut width = hidden * self.pooling.len();
+        for name in ["dense_2.weight", "dense_3.weight"] {
+            let Some(t) = g.tensor(name) else { break };
+            let (i, o) = (t.dims[0] as usize, t.dims.get(1).copied().unwrap_or(1) as usize);
+            if t.dims.len() != 2 || i != width || o == 0 || o > 1 << 16 {
+                return Err(Error::Model(format!("{}: {name} has dims {:?} after {width} features", g.name, t.dims)));
+            }
+            let raw = src.read(t.offset, t.n_bytes as usize).await?;
+            if raw.len() as u64 != t.n_bytes {
+                return Err(Error::Model(format!("{}: short read of {name}", g.name)));
+            }
+            let mut weight = vec![0f32; i * o];
+            crate::weights::quant::dequantize(t.ty, &raw, &mut weight)?;
+            self.dense.push(Dense {
+                in_features: i,
+                out_features: o,
+                weight,
+                bias: None,
+                act: Act::Identity,
+                residual: None,
+            });
+            width = o;
+        }
+        Ok(())
+    }
+
     /// Length of the embeddings for a transformer of `hidden` outputs.
     pub fn dimensions(&self, hidden: usize) -> usize {
         self.dense.last().map_or(hidden * self.pooling.len(), |d| d.out_features)

@@ -114,7 +114,8 @@ impl Engine {
         let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
         let weights =
             weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
-        let embedding = crate::embed::Pipeline::from_gguf(&gguf, &cfg)?;
+        let mut embedding = crate::embed::Pipeline::from_gguf(&gguf, &cfg)?;
+        embedding.load_gguf_dense(&gguf, src, cfg.hidden).await?;
         let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
         let eos_ids = tokenizer.eos_ids();
         Ok(Engine::assemble(rt, Some(tokenizer), template, eos_ids, src.source_name(), defaults, embedding))

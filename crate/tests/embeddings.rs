@@ -278,3 +278,26 @@ fn decode_base64(s: &str) -> Vec<u8> {
     }
     out
 }
+
+/// EmbeddingGemma as llama.cpp's converter writes it (`gemma-embedding`: no causal mask, the
+/// window as config.json gives it, `dense_2` / `dense_3`, mean pooling), made from the fixture
+/// folder by tests/scripts/make_arch_gguf.py (F16 matrices, a stand-in vocabulary): the
+/// reference's token ids give sentence-transformers' embeddings.
+#[test]
+fn embeddinggemma_gguf_matches_sentence_transformers() {
+    let r = reference("embeddinggemma");
+    let path = dir("embeddinggemma").join("model.gguf");
+    let mut e = block_on(Engine::load_path(&path, &LoadOptions::default(), &mut |_, _, _| {})).unwrap();
+    assert!(!e.rt.cfg.causal);
+    assert_eq!(e.embedding.source, "gguf");
+    assert_eq!(e.embedding.dense.len(), 2);
+    let plain = &r["cases"][0];
+    assert_eq!(plain["name"], "plain");
+    let got = block_on(e.embed(&request(json!({ "input": r["ids"] })))).unwrap();
+    // F16 weights in the file: a looser bound than the f32 folder's.
+    let data = got["data"].as_array().unwrap();
+    for (i, (d, w)) in data.iter().zip(plain["embeddings"].as_array().unwrap()).enumerate() {
+        let c = cosine(&floats(&d["embedding"]), &floats(w));
+        assert!(c > 0.999, "input {i}: cosine {c}");
+    }
+}

@@ -100,6 +100,8 @@ HF_TO_ARCH = {
     "Gemma3ForCausalLM": gguf.MODEL_ARCH.GEMMA3,
     "Qwen3_5ForCausalLM": gguf.MODEL_ARCH.QWEN35,
     "BitNetForCausalLM": gguf.MODEL_ARCH.BITNET,
+    # EmbeddingGemma (gemma.py EmbeddingGemma): --src tests/fixtures/embed/embeddinggemma
+    "Gemma3TextModel": gguf.MODEL_ARCH.GEMMA_EMBEDDING,
 }
 # bitnet.cpp (microsoft/BitNet) writes its BitNet b1.58 files under this name, with gguf-py's
 # BITNET tensor names; its I2_S type (id 36) is not in upstream gguf-py (see write_i2s).
@@ -374,6 +376,32 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
         m.f32(K.LLM.ATTN_LOGIT_SOFTCAPPING, hp["attn_logit_softcapping"])
         m.f32(K.LLM.FINAL_LOGIT_SOFTCAPPING, hp["final_logit_softcapping"])
         m.u32(K.Attention.SLIDING_WINDOW, hp["sliding_window"])
+    elif arch == gguf.MODEL_ARCH.GEMMA_EMBEDDING:
+        # Gemma3Model.set_gguf_parameters, then EmbeddingGemma's: the window as config.json
+        # gives it, the Dense layers' sizes, the pooling type from 1_Pooling (mean = 1).
+        generic_params(m, hp, rp, n_layer, ftype)
+        m.u32(K.LLM.CONTEXT_LENGTH, hp.get("max_position_embeddings", 131072))
+        m.u32(K.Attention.HEAD_COUNT, hp.get("num_attention_heads", 8))
+        m.f32(K.Attention.LAYERNORM_RMS_EPS, hp.get("rms_norm_eps", 1e-6))
+        m.u32(K.Attention.KEY_LENGTH, hp.get("head_dim", 256))
+        m.u32(K.Attention.VALUE_LENGTH, hp.get("head_dim", 256))
+        m.f32(K.Rope.FREQ_BASE, rp.get("full_attention", rp).get("rope_theta", 1_000_000.0))
+        m.u32(K.Attention.HEAD_COUNT_KV, hp.get("num_key_value_heads", 4))
+        raw_cfg = json.loads((d / "config.json").read_text())
+        m.u32(K.Attention.SLIDING_WINDOW, raw_cfg["sliding_window"])
+        for mod in json.loads((d / "modules.json").read_text()):
+            if mod["type"].endswith("Dense"):
+                mc = json.loads((d / mod["path"] / "config.json").read_text())
+                dense = "dense_2" if mod["path"] == "2_Dense" else "dense_3"
+                m.u32(K.LLM.DENSE_FEAT_IN_SIZE.format(arch="{arch}", dense=dense), mc["in_features"])
+                m.u32(K.LLM.DENSE_FEAT_OUT_SIZE.format(arch="{arch}", dense=dense), mc["out_features"])
+                st = load_file(str(d / mod["path"] / "model.safetensors"))
+                extra.append((f"{dense}.weight", np.asarray(st["linear.weight"], dtype=np.float32)))
+        m.u32(K.LLM.POOLING_TYPE, 1)
+        # Not written by llama.cpp (its runtime assumes Gemma 3's 5 local : 1 global layers):
+        # the fixture's two layers are [sliding, full], so the pattern is given per layer.
+        m.a(K.Attention.SLIDING_WINDOW_PATTERN, [t == "sliding_attention" for t in hp["layer_types"]],
+            gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.BOOL)
     elif arch == gguf.MODEL_ARCH.GEMMA3:
         generic_params(m, hp, rp, n_layer, ftype)
         m.u32(K.LLM.CONTEXT_LENGTH, hp.get("max_position_embeddings", 131072))
@@ -422,7 +450,9 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
                 data = llama_permute(data, n_head, n_head)
             if name.endswith(("k_proj.weight", "k_proj.bias")):
                 data = llama_permute(data, n_head, n_kv)
-        if arch in (gguf.MODEL_ARCH.GEMMA2, gguf.MODEL_ARCH.GEMMA3) and name.endswith("norm.weight"):
+        if arch == gguf.MODEL_ARCH.GEMMA_EMBEDDING and not name.startswith("model."):
+            name = "model." + name  # Gemma3TextModel's tensors, as the CausalLM names them
+        if arch in (gguf.MODEL_ARCH.GEMMA2, gguf.MODEL_ARCH.GEMMA3, gguf.MODEL_ARCH.GEMMA_EMBEDDING) and name.endswith("norm.weight"):
             data = data + np.float32(1.0)
         if arch == gguf.MODEL_ARCH.QWEN35:
             name, data = qwen35_tensor(hp, name, data)
@@ -454,16 +484,16 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
     # stand-in tokenizer (see docstring)
     b2u = bytes_to_unicode()
     n_vocab = hp["vocab_size"]
-    assert n_vocab == 256
+    assert n_vocab == 256 or arch == gguf.MODEL_ARCH.GEMMA_EMBEDDING
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     # A gpt2 vocabulary needs merges (llama.cpp and ferrolm refuse one without), and GGUFWriter
     # refuses an empty list: so the last byte's slot holds the merge "Ġ Ġ" -> "ĠĠ" instead (the
     # fixtures feed token ids, so no text ever needs byte 0xFF).
-    tokens = [b2u[i] for i in range(256)]
+    tokens = [b2u[i] for i in range(256)] + [f"<unused{i}>" for i in range(256, n_vocab)]
     tokens[255] = b2u[32] + b2u[32]
     w.add_token_list(tokens)
-    w.add_token_types([int(gguf.TokenType.NORMAL)] * 256)
+    w.add_token_types([int(gguf.TokenType.NORMAL)] * n_vocab)
     w.add_token_merges([b2u[32] + " " + b2u[32]])
     cfg = json.loads((d / "config.json").read_text())
     first = lambda v: v[0] if isinstance(v, list) else v  # noqa: E731

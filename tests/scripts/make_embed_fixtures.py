@@ -32,6 +32,10 @@ cases: encode(..., truncate_dim=d, normalize_embeddings=True), the re-normalized
 Tokenizers: a byte-level BPE trained here on a small corpus (vocab 320, no hub access), with each
 folder's special tokens. The model's vocab_size is the tokenizer's size.
 
+embeddinggemma/model.gguf is the same model as llama.cpp's converter writes it (arch
+gemma-embedding), made by `make_arch_gguf.py gemma3 --src tests/fixtures/embed/embeddinggemma`
+(F16 matrices, a stand-in vocabulary: the test feeds the reference's token ids).
+
 Usage: ~/.cache/refenv/bin/python tests/scripts/make_embed_fixtures.py [--out tests/fixtures/embed]
 (needs torch, transformers, sentence-transformers, tokenizers; versions go into versions.json).
 """

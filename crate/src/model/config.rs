@@ -103,9 +103,18 @@ fn gguf_sliding_layers(g: &GgufFile, arch: &str, n_layers: usize) -> Result<Vec<
     if window == 0 {
         return Ok(vec![false; n_layers]);
     }
+    let key = format!("{arch}.attention.sliding_window_pattern");
+    // A per-layer list (gguf-py's add_sliding_window_pattern takes one) says it outright.
+    if let Some(list) = g.get_array(&key).ok().flatten() {
+        let flags: Vec<bool> = list.iter().map(|v| matches!(v, crate::weights::gguf::Value::Bool(true))).collect();
+        if flags.len() != n_layers || list.iter().any(|v| !matches!(v, crate::weights::gguf::Value::Bool(_))) {
+            return Err(Error::Model(format!("{}: {key} lists {} flags for {n_layers} layers", g.name, list.len())));
+        }
+        return Ok(flags);
+    }
     let pattern = match arch {
         "gemma2" => 2,
-        "gemma3" => count(g, &format!("{arch}.attention.sliding_window_pattern"), bounds::PATTERN)?.unwrap_or(6),
+        "gemma3" | "gemma-embedding" => count(g, &key, bounds::PATTERN)?.unwrap_or(6),
         _ => 0,
     };
     Ok((0..n_layers).map(|il| pattern == 0 || il % pattern < pattern - 1).collect())
@@ -169,15 +178,18 @@ impl ModelConfig {
             // BitNet b1.58 files (llama.cpp's `bitnet`, bitnet.cpp's `bitnet-b1.58`) rotate pairs too.
             "llama" | "mistral" | "bitnet" | "bitnet-b1.58" => (false, false),
             "qwen2" => (true, true),
-            "qwen3" | "qwen35" | "phi3" | "gemma2" | "gemma3" => (true, false),
+            // EmbeddingGemma as llama.cpp writes it: Gemma 3 attending both ways.
+            "qwen3" | "qwen35" | "phi3" | "gemma2" | "gemma3" | "gemma-embedding" => (true, false),
             other => {
                 return Err(Error::Unsupported(format!(
-                    "architecture {other:?} (GGUF files of llama, mistral, qwen2, qwen3, qwen35, phi3, gemma2, gemma3 and bitnet run)"
+                    "architecture {other:?} (GGUF files of llama, mistral, qwen2, qwen3, qwen35, phi3, gemma2, gemma3, gemma-embedding and bitnet run)"
                 )))
             }
         };
         let gemma = arch.starts_with("gemma");
         let bitnet = arch.starts_with("bitnet");
+        // llama.cpp runs gemma-embedding without the causal mask whatever the file says.
+        let causal = g.get_bool(&format!("{arch}.attention.causal"))?.unwrap_or(arch != "gemma-embedding");
         let k = |s: &str| format!("{arch}.{s}");
         // Qwen3.5 files may append multi-token-prediction blocks, which generation does not use.
         let nextn = count(g, &k("nextn_predict_layers"), bounds::LAYERS)?.unwrap_or(0);
@@ -248,9 +260,14 @@ impl ModelConfig {
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
             attn_softcap: real(g, &k("attn_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             final_softcap: real(g, &k("final_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
-            qk_norm: matches!(arch.as_str(), "qwen3" | "qwen35" | "gemma3"),
+            qk_norm: matches!(arch.as_str(), "qwen3" | "qwen35" | "gemma3" | "gemma-embedding"),
             post_norms: gemma,
-            sliding_window: count(g, &k("attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0),
+            // A bidirectional file keeps the configured window W, which transformers applies as
+            // |i - j| < W / 2 + 1 (as from_hf does).
+            sliding_window: match (count(g, &k("attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0), causal) {
+                (w, false) if w > 0 => w / 2 + 1,
+                (w, _) => w,
+            },
             layer_sliding: gguf_sliding_layers(g, &arch, n_layers)?,
             rope_linear_scale,
             // Biases are where the file has them (llama.cpp writes whichever the model had).
@@ -258,13 +275,13 @@ impl ModelConfig {
             o_bias: g.tensor("blk.0.attn_output.bias").is_some(),
             mlp_bias: g.tensor("blk.0.ffn_down.bias").is_some(),
             tied_embeddings: g.tensor("output.weight").is_none(),
-            causal: g.get_bool(&k("attention.causal"))?.unwrap_or(true),
+            causal,
             linear,
             layer_linear,
             attn_gate: arch == "qwen35",
         };
         let mut cfg = cfg;
-        if arch == "gemma3" {
+        if arch == "gemma3" || arch == "gemma-embedding" {
             // Gemma 3's local layers rotate with their own base and no scaling (llama.cpp: 10000
             // unless the file says otherwise); the global ones use freq_base and the scale.
             let local_base = real(g, &k("rope.freq_base_swa"), bounds::positive)?.unwrap_or(10000.0);
