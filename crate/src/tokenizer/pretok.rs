@@ -21,6 +21,9 @@ const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{
 /// Like Llama 3 but every digit on its own.
 const QWEN2: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen 3.5: Qwen2's split with combining marks (`\p{M}`) kept with their letters and out of
+/// the punctuation runs (llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN35).
+const QWEN35: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const TEKKEN: &str = concat!(
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
@@ -50,6 +53,7 @@ fn regex_list(pre: &str) -> Option<Vec<&'static str>> {
         "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" | "dbrx"
         | "smaug-bpe" | "chatglm-bpe" => vec![LLAMA3],
         "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" => vec![QWEN2],
+        "qwen35" => vec![QWEN35],
         // Digits split one by one first (the model's tokenizer.json: `Digits(individual_digits)`).
         "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
             vec![r"\p{N}", GPT2]
@@ -86,7 +90,7 @@ pub(super) fn ignores_merges(pre: &str) -> bool {
 /// (`"normalizer": {"type": "NFC"}`). llama.cpp skips that step, so a decomposed "é" tokenizes
 /// differently there; we follow the model's own tokenizer.
 pub(super) fn nfc(pre: &str) -> bool {
-    matches!(pre, "qwen2" | "deepseek-r1-qwen")
+    matches!(pre, "qwen2" | "qwen35" | "deepseek-r1-qwen")
 }
 
 /// Build the pre-tokenizer for a byte-level vocabulary.
@@ -118,6 +122,7 @@ mod tests {
             "gpt2",
             "llama-bpe",
             "qwen2",
+            "qwen35",
             "smollm",
             "falcon",
             "deepseek-llm",
@@ -130,5 +135,23 @@ mod tests {
         ] {
             super::byte_level(pre).unwrap_or_else(|e| panic!("{pre}: {e}"));
         }
+    }
+
+    /// Qwen 3.5's split keeps a combining mark with its letters; Qwen2's cuts the word there.
+    #[test]
+    fn qwen35_keeps_combining_marks_in_words() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let words = |pre: &str, text: &str| -> Vec<String> {
+            let mut s = PreTokenizedString::from(text);
+            super::byte_level(pre).unwrap().pre_tokenize(&mut s).unwrap();
+            s.get_splits(OffsetReferential::Original, OffsetType::Byte)
+                .into_iter()
+                .map(|(w, _, _)| w.to_string())
+                .collect()
+        };
+        // "नमस्ते": the virama and vowel signs are marks (\p{M}).
+        let text = "say नमस्ते 42";
+        assert_eq!(words("qwen35", text).len(), 5, "{:?}", words("qwen35", text));
+        assert!(words("qwen2", text).len() > 5, "{:?}", words("qwen2", text));
     }
 }
