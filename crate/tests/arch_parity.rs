@@ -132,6 +132,48 @@ fn mlx_quantized_folders_match_their_dequantized_reference() {
     assert!(fails.is_empty(), "{}", fails.join("\n"));
 }
 
+/// Qwen3.5 as its published checkpoints come: the `Qwen3_5ForConditionalGeneration` wrapper
+/// (text config nested under `text_config`, the text model's tensors under
+/// `model.language_model.`, a vision tower beside them), made here from the qwen3_5 fixture.
+/// The text model gives the fixture's logits and greedy tokens; the vision tensors are skipped.
+#[test]
+fn hybrid_multimodal_wrapper_folder_runs_its_text_model() {
+    use safetensors::tensor::{Dtype, TensorView};
+    let tmp = std::env::temp_dir().join(format!("ferrolm-qwen35-vl-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let text: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir("qwen3_5").join("config.json")).unwrap()).unwrap();
+    let config = serde_json::json!({
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "tie_word_embeddings": false,
+        "text_config": text,
+        "vision_config": {"model_type": "qwen3_5", "depth": 1, "hidden_size": 32, "num_heads": 2},
+    });
+    std::fs::write(tmp.join("config.json"), config.to_string()).unwrap();
+    let bytes = std::fs::read(dir("qwen3_5").join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut views: Vec<(String, TensorView)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n.strip_prefix("model.").map_or(n.clone(), |r| format!("model.language_model.{r}")), v))
+        .collect();
+    let patch = vec![0u8; 32 * 3 * 4];
+    views.push((
+        "model.visual.patch_embed.proj.weight".into(),
+        TensorView::new(Dtype::F32, vec![32, 3], &patch).unwrap(),
+    ));
+    safetensors::serialize_to_file(views, None, &tmp.join("model.safetensors")).unwrap();
+    let opts = LoadOptions { context_length: Some(64), ..Default::default() };
+    let mut e = block_on(Engine::load_path(&tmp, &opts, &mut |_, _, _| {})).unwrap();
+    let (prompt, greedy, want) = reference("qwen3_5");
+    let err = rel_err(&block_on(e.rt.forward(&prompt)).unwrap(), want.last().unwrap());
+    assert!(err < 1e-2, "logits error {err:e}");
+    let g = GenerateOptions { max_tokens: greedy.len(), stop_ids: Some(vec![]), ..Default::default() };
+    assert_eq!(block_on(e.generate(&prompt, &g, &mut |_, _| true)).unwrap().tokens, greedy);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 #[test]
 fn sliding_layers_keep_only_the_window() {
     // Prefill in chunks of 4: sliding layers then hold window + 4 = 12 cache slots (a ring), not
