@@ -74,8 +74,8 @@ test: setup model tokenizers test-models
 # lavapipe): two WebGPU implementations.
 test-browser: model test-models pkg
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
-	cd tests/browser && BROWSER=chromium FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
-	cd tests/browser && BROWSER=firefox XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=1200000 browser.test.mjs
+	cd tests/browser && BROWSER=chromium FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=3600000 browser.test.mjs
+	cd tests/browser && BROWSER=firefox XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 $(NODE) --test --test-concurrency=1 --test-timeout=3600000 browser.test.mjs
 
 # Carried to the GPU machine by the device tool: the binary (xz), pkg/, Chromium in 30 MiB parts.
 bench-browser: build pkg

@@ -737,7 +737,6 @@ test('Qwen3.5 (Gated DeltaNet + gated attention), BitNet b1.58 and MLX 4-bit wei
   const page = await openPage();
   for (const [family, model, worker, tol] of [
     ['qwen3_5', '/hf/qwen3_5/', false, 1e-2],
-    ['qwen3_5', '/hf/qwen3_5/', true, 1e-2],
     ['qwen3_5', '/hf/qwen3_5/model.gguf', true, 2e-2],
     ['bitnet', '/hf/bitnet/', false, 1e-2],
     ['bitnet', '/hf/bitnet/model.gguf', true, 1e-2],
