@@ -376,33 +376,7 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
         m.f32(K.LLM.ATTN_LOGIT_SOFTCAPPING, hp["attn_logit_softcapping"])
         m.f32(K.LLM.FINAL_LOGIT_SOFTCAPPING, hp["final_logit_softcapping"])
         m.u32(K.Attention.SLIDING_WINDOW, hp["sliding_window"])
-    elif arch == gguf.MODEL_ARCH.GEMMA_EMBEDDING:
-        # Gemma3Model.set_gguf_parameters, then EmbeddingGemma's: the window as config.json
-        # gives it, the Dense layers' sizes, the pooling type from 1_Pooling (mean = 1).
-        generic_params(m, hp, rp, n_layer, ftype)
-        m.u32(K.LLM.CONTEXT_LENGTH, hp.get("max_position_embeddings", 131072))
-        m.u32(K.Attention.HEAD_COUNT, hp.get("num_attention_heads", 8))
-        m.f32(K.Attention.LAYERNORM_RMS_EPS, hp.get("rms_norm_eps", 1e-6))
-        m.u32(K.Attention.KEY_LENGTH, hp.get("head_dim", 256))
-        m.u32(K.Attention.VALUE_LENGTH, hp.get("head_dim", 256))
-        m.f32(K.Rope.FREQ_BASE, rp.get("full_attention", rp).get("rope_theta", 1_000_000.0))
-        m.u32(K.Attention.HEAD_COUNT_KV, hp.get("num_key_value_heads", 4))
-        raw_cfg = json.loads((d / "config.json").read_text())
-        m.u32(K.Attention.SLIDING_WINDOW, raw_cfg["sliding_window"])
-        for mod in json.loads((d / "modules.json").read_text()):
-            if mod["type"].endswith("Dense"):
-                mc = json.loads((d / mod["path"] / "config.json").read_text())
-                dense = "dense_2" if mod["path"] == "2_Dense" else "dense_3"
-                m.u32(K.LLM.DENSE_FEAT_IN_SIZE.format(arch="{arch}", dense=dense), mc["in_features"])
-                m.u32(K.LLM.DENSE_FEAT_OUT_SIZE.format(arch="{arch}", dense=dense), mc["out_features"])
-                st = load_file(str(d / mod["path"] / "model.safetensors"))
-                extra.append((f"{dense}.weight", np.asarray(st["linear.weight"], dtype=np.float32)))
-        m.u32(K.LLM.POOLING_TYPE, 1)
-        # Not written by llama.cpp (its runtime assumes Gemma 3's 5 local : 1 global layers):
-        # the fixture's two layers are [sliding, full], so the pattern is given per layer.
-        m.a(K.Attention.SLIDING_WINDOW_PATTERN, [t == "sliding_attention" for t in hp["layer_types"]],
-            gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.BOOL)
-    elif arch == gguf.MODEL_ARCH.GEMMA3:
+    elif arch in (gguf.MODEL_ARCH.GEMMA3, gguf.MODEL_ARCH.GEMMA_EMBEDDING):
         generic_params(m, hp, rp, n_layer, ftype)
         m.u32(K.LLM.CONTEXT_LENGTH, hp.get("max_position_embeddings", 131072))
         m.u32(K.Attention.HEAD_COUNT, hp.get("num_attention_heads", 8))
@@ -416,6 +390,24 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
         if hp.get("sliding_window_pattern") != 1:
             m.u32(K.Attention.SLIDING_WINDOW, hp["sliding_window"])
         m.u32(K.Attention.HEAD_COUNT_KV, hp.get("num_key_value_heads", 4))
+        if arch == gguf.MODEL_ARCH.GEMMA_EMBEDDING:
+            # EmbeddingGemma.set_gguf_parameters after Gemma3Model's: the window as config.json
+            # gives it, the Dense layers' sizes, the pooling type from 1_Pooling (mean = 1).
+            raw_cfg = json.loads((d / "config.json").read_text())
+            m.u32(K.Attention.SLIDING_WINDOW, raw_cfg["sliding_window"])
+            for mod in json.loads((d / "modules.json").read_text()):
+                if mod["type"].endswith("Dense"):
+                    mc = json.loads((d / mod["path"] / "config.json").read_text())
+                    dense = "dense_2" if mod["path"] == "2_Dense" else "dense_3"
+                    m.u32(K.LLM.DENSE_FEAT_IN_SIZE.format(arch="{arch}", dense=dense), mc["in_features"])
+                    m.u32(K.LLM.DENSE_FEAT_OUT_SIZE.format(arch="{arch}", dense=dense), mc["out_features"])
+                    st = load_file(str(d / mod["path"] / "model.safetensors"))
+                    extra.append((f"{dense}.weight", np.asarray(st["linear.weight"], dtype=np.float32)))
+            m.u32(K.LLM.POOLING_TYPE, 1)
+            # Not written by llama.cpp (its runtime assumes Gemma 3's 5 local : 1 global layers):
+            # the fixture's two layers are [sliding, full], so the pattern is given per layer.
+            m.a(K.Attention.SLIDING_WINDOW_PATTERN, [t == "sliding_attention" for t in hp["layer_types"]],
+                gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.BOOL)
     elif arch == gguf.MODEL_ARCH.BITNET:
         generic_params(m, hp, rp, n_layer, ftype)
         m.u32(K.LLM.VOCAB_SIZE, hp["vocab_size"])

@@ -738,13 +738,7 @@ impl Builder<'_> {
         width: usize,
     ) -> &'b wgpu::Buffer {
         let Some(off) = off else { return x };
-        let consts = [
-            ("H", width as f64),
-            ("EPS", self.cfg.rms_eps as f64),
-            ("NW_OFF", off as f64),
-            ("W_OFFSET", self.cfg.norm_offset as f64),
-        ];
-        self.push("sub norm", Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, scratch)], Grid::Tokens);
+        self.norm_rows("sub norm", (x, vecs, off, scratch), width, false, false);
         scratch
     }
 
@@ -758,8 +752,20 @@ impl Builder<'_> {
         last_only: bool,
         add: bool,
     ) {
+        self.norm_rows("norm", (x, vecs, off, y), self.cfg.hidden, last_only, add);
+    }
+
+    /// rmsnorm.wgsl over rows of `width` of `x` into `y`, with the weights at `off` in `vecs`.
+    fn norm_rows(
+        &mut self,
+        label: &'static str,
+        (x, vecs, off, y): (&wgpu::Buffer, &wgpu::Buffer, usize, &wgpu::Buffer),
+        width: usize,
+        last_only: bool,
+        add: bool,
+    ) {
         let consts = [
-            ("H", self.cfg.hidden as f64),
+            ("H", width as f64),
             ("EPS", self.cfg.rms_eps as f64),
             ("LAST_ONLY", b(last_only)),
             ("NW_OFF", off as f64),
@@ -767,7 +773,7 @@ impl Builder<'_> {
             ("ADD", b(add)),
         ];
         let grid = if last_only { Grid::Fixed(1) } else { Grid::Tokens };
-        self.push("norm", Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, y)], grid);
+        self.push(label, Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, y)], grid);
     }
 }
 

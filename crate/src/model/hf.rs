@@ -282,40 +282,21 @@ impl<S: AsyncSource> HfModel<S> {
         } else {
             (n("post_attention_layernorm.weight"), None, None)
         };
-        if lin.is_some() {
-            let a = |s: &str| n(&format!("linear_attn.{s}"));
-            return LayerSpec {
-                o_bias: None,
-                gate_up_bias: vec![],
-                down_bias: None,
-                qkv,
-                qkv_bias,
-                q_norm: None,
-                k_norm: None,
-                o: a("out_proj.weight"),
-                o_cols: lin.map_or(0, |l| l.v_total()),
-                gate_up,
-                down: n("mlp.down_proj.weight"),
-                attn_norm: n("input_layernorm.weight"),
-                ffn_norm,
-                post_attn_norm,
-                post_ffn_norm,
-                linear: Some([a("conv1d.weight"), a("dt_bias"), a("A_log"), a("norm.weight")]),
-                sub_norms: None,
-            };
-        }
+        // A Gated DeltaNet layer mixes tokens with its own tensors instead of attention's.
+        let a = |s: &str| n(&format!("linear_attn.{s}"));
+        let attn = lin.is_none();
         LayerSpec {
-            o_cols: qd,
-            linear: None,
+            o_cols: lin.map_or(qd, |l| l.v_total()),
+            linear: lin.map(|_| [a("conv1d.weight"), a("dt_bias"), a("A_log"), a("norm.weight")]),
             sub_norms: c.sub_norms.then(|| [n("self_attn.attn_sub_norm.weight"), n("mlp.ffn_sub_norm.weight")]),
-            o_bias: c.o_bias.then(|| n("self_attn.o_proj.bias")),
+            o_bias: (c.o_bias && attn).then(|| n("self_attn.o_proj.bias")),
             gate_up_bias: if c.mlp_bias { vec![n("mlp.gate_proj.bias"), n("mlp.up_proj.bias")] } else { vec![] },
             down_bias: c.mlp_bias.then(|| n("mlp.down_proj.bias")),
             qkv,
             qkv_bias,
-            q_norm: c.qk_norm.then(|| n("self_attn.q_norm.weight")),
-            k_norm: c.qk_norm.then(|| n("self_attn.k_norm.weight")),
-            o: n("self_attn.o_proj.weight"),
+            q_norm: (c.qk_norm && attn).then(|| n("self_attn.q_norm.weight")),
+            k_norm: (c.qk_norm && attn).then(|| n("self_attn.k_norm.weight")),
+            o: if attn { n("self_attn.o_proj.weight") } else { a("out_proj.weight") },
             gate_up,
             down: n("mlp.down_proj.weight"),
             attn_norm: n("input_layernorm.weight"),
