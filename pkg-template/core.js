@@ -6,6 +6,7 @@ import { cachedKind } from './cache.js';
 import { namedError, retype } from './errors.js';
 import { HF_TEXT_FILES, ModelFolder } from './folder.js';
 import { ModelSource } from './source.js';
+import { MLC_CHAT_CONFIG, MLC_TENSOR_CACHES, MLC_TOKENIZER_FILES, tensorCacheBytes } from './webllm.js';
 
 // The wasm module. A panic inside it ends in a trap that leaves that instance unusable, so after
 // a crash the next load instantiates a fresh copy of the module.
@@ -99,34 +100,48 @@ export function abortReason(signal) {
   return e;
 }
 
-const FORMATS = ['auto', 'gguf', 'hf'];
+const FORMATS = ['auto', 'gguf', 'hf', 'mlc'];
+
+/** {kind: 'mlc', folder, chatConfig}: the folder is an MLC-LLM one. */
+function mlcFolder(folder, chatConfig) {
+  folder.kind = 'mlc';
+  return { kind: 'mlc', folder, chatConfig };
+}
 
 /**
- * What `model` is: {kind: 'gguf', model} (a URL or Blob for ModelSource) or {kind: 'hf', folder,
- * config} (an opened ModelFolder and its config.json). URL rule (format 'auto'): a URL whose path
- * ends in '/' or '/config.json' is a folder; one ending in '.gguf' (or not http/https) is a GGUF
- * file; any other URL is probed for `<url>/config.json` (no request when the cache knows it) and
- * is a folder if that exists, else a GGUF file.
+ * What `model` is: {kind: 'gguf', model} (a URL or Blob for ModelSource), {kind: 'hf', folder,
+ * config} (an opened ModelFolder and its config.json) or {kind: 'mlc', folder, chatConfig} (an
+ * MLC-LLM folder and its mlc-chat-config.json). URL rule (format 'auto'): a URL whose path ends in
+ * '/' or '/config.json' is a folder; one ending in '.gguf' (or not http/https) is a GGUF file; any
+ * other URL is probed for `<url>/config.json` (no request when the cache knows it) and is a folder
+ * if that exists, else a GGUF file. A folder without config.json is an MLC folder if it has
+ * mlc-chat-config.json, looked for first in WebLLM's cache (so a model WebLLM has loads offline).
  */
 async function resolveModel(model, format, srcOpts) {
-  if (!FORMATS.includes(format)) throw namedError('InvalidOptionError', `createEngine: format must be 'auto', 'gguf' or 'hf', got ${JSON.stringify(format)}`);
+  if (!FORMATS.includes(format)) throw namedError('InvalidOptionError', `createEngine: format must be 'auto', 'gguf', 'hf' or 'mlc', got ${JSON.stringify(format)}`);
   const isList = (typeof FileList !== 'undefined' && model instanceof FileList) || Array.isArray(model);
   if (isList) {
     const files = [...model];
     const ggufs = files.filter((f) => /\.gguf$/i.test(f?.name || ''));
     const hasConfig = files.some((f) => f?.name === 'config.json');
-    if (format === 'gguf' || (format === 'auto' && !hasConfig && ggufs.length === 1)) {
+    const hasMlc = files.some((f) => f?.name === MLC_CHAT_CONFIG);
+    if (format === 'gguf' || (format === 'auto' && !hasConfig && !hasMlc && ggufs.length === 1)) {
       const one = ggufs.length === 1 ? ggufs[0] : files.length === 1 ? files[0] : null;
       if (!one) throw namedError('InvalidOptionError', 'createEngine: a GGUF model given as a list must hold exactly one .gguf File');
       return { kind: 'gguf', model: one };
     }
     const folder = ModelFolder.fromFiles(files, srcOpts);
+    if (format === 'mlc' || (format === 'auto' && !hasConfig && hasMlc)) {
+      const chat = await folder.text(MLC_CHAT_CONFIG, { optional: true });
+      if (chat == null) throw namedError('ModelFormatError', `the chosen files have no ${MLC_CHAT_CONFIG}: not an MLC model folder`);
+      return mlcFolder(folder, chat);
+    }
     const config = await folder.text('config.json', { optional: true });
     if (config == null) throw namedError('ModelFormatError', `the chosen files have no config.json: not a Hugging Face model folder (${files.length} files: ${files.slice(0, 5).map((f) => f.name).join(', ')}${files.length > 5 ? ', ...' : ''})`);
     return { kind: 'hf', folder, config };
   }
   if (typeof Blob !== 'undefined' && model instanceof Blob) {
-    if (format === 'hf') throw namedError('InvalidOptionError', "createEngine: a single File/Blob is read as a GGUF file; for a Hugging Face model folder pass its files (a FileList or an array of Files) or its URL");
+    if (format === 'hf' || format === 'mlc') throw namedError('InvalidOptionError', "createEngine: a single File/Blob is read as a GGUF file; for a model folder pass its files (a FileList or an array of Files) or its URL");
     return { kind: 'gguf', model };
   }
   const url = new URL(String(model), typeof location !== 'undefined' ? location.href : undefined);
@@ -137,7 +152,8 @@ async function resolveModel(model, format, srcOpts) {
   let explicit = true;
   if (path.endsWith('/')) base = dir(path);
   else if (/\/config\.json$/i.test(path)) base = dir(path.slice(0, -'config.json'.length));
-  else if (format === 'hf') base = dir(`${path}/`);
+  else if (/\/mlc-chat-config\.json$/i.test(path)) base = dir(path.slice(0, -MLC_CHAT_CONFIG.length));
+  else if (format === 'hf' || format === 'mlc') base = dir(`${path}/`);
   else if (/\.gguf$/i.test(path) || !/^https?:$/.test(url.protocol)) return { kind: 'gguf', model: url.href };
   else {
     const cached = await cachedKind(url.href, srcOpts.cache);
@@ -147,19 +163,77 @@ async function resolveModel(model, format, srcOpts) {
   }
   const folder = await ModelFolder.open(base, srcOpts);
   let config;
+  let chat;
   try {
-    config = await folder.text('config.json', { optional: true });
+    // WebLLM's copy first: no request at all for a model WebLLM downloaded.
+    if (format !== 'hf' && await folder.webllmSource(MLC_CHAT_CONFIG)) return mlcFolder(folder, await folder.text(MLC_CHAT_CONFIG));
+    if (format !== 'mlc') config = await folder.text('config.json', { optional: true });
+    if (config == null && format !== 'hf') chat = await folder.text(MLC_CHAT_CONFIG, { optional: true });
   } catch (e) {
     await folder.discard();
     if (!explicit) return { kind: 'gguf', model: url.href }; // e.g. a server that refuses the probe
     throw e;
   }
+  if (chat != null) return mlcFolder(folder, chat);
   if (config == null) {
     await folder.discard();
     if (!explicit) return { kind: 'gguf', model: url.href };
-    throw namedError('ModelFormatError', `${base} has no config.json (HTTP 404): not a Hugging Face model folder. For a folder on the Hugging Face Hub use its .../resolve/<revision>/ URL; for a GGUF file pass its URL or format: 'gguf'`);
+    const what = format === 'mlc' ? `no ${MLC_CHAT_CONFIG} (HTTP 404): not an MLC model folder` : `no config.json or ${MLC_CHAT_CONFIG} (HTTP 404): not a Hugging Face or MLC model folder`;
+    throw namedError('ModelFormatError', `${base} has ${what}. For a folder on the Hugging Face Hub use its .../resolve/<revision>/ URL; for a GGUF file pass its URL or format: 'gguf'`);
   }
   return { kind: 'hf', folder, config };
+}
+
+/**
+ * The text files of an MLC folder for the engine (see loadHfEngine in crate/src/web/mod.rs): the
+ * tensor cache under either name (WebLLM's cache asked about both before the network), the
+ * tokenizer files mlc-chat-config.json lists. Of a folder read from WebLLM's cache, a tokenizer
+ * file WebLLM does not keep (tokenizer_config.json) that cannot be fetched is left out with a
+ * warning instead of failing an offline load; the fallback chat template is used then.
+ */
+async function mlcTexts(folder, chatConfig) {
+  const texts = { mlcChatConfig: chatConfig, name: folder.name };
+  for (const n of MLC_TENSOR_CACHES) if (await folder.webllmSource(n)) { texts.tensorCacheName = n; break; }
+  for (const n of texts.tensorCacheName ? [] : MLC_TENSOR_CACHES) {
+    if (await folder.source(n, { optional: true })) { texts.tensorCacheName = n; break; }
+  }
+  if (!texts.tensorCacheName) throw namedError('ModelFormatError', `${folder.name} has ${MLC_CHAT_CONFIG} but neither ${MLC_TENSOR_CACHES.join(' nor ')}`);
+  texts.tensorCache = await folder.text(texts.tensorCacheName);
+  let listed = null;
+  try { listed = JSON.parse(chatConfig).tokenizer_files; } catch {} // the engine reports bad JSON
+  for (const [k, n] of Object.entries(MLC_TOKENIZER_FILES)) {
+    if (Array.isArray(listed) && !listed.includes(n)) continue;
+    try {
+      texts[k] = await folder.text(n, { optional: true });
+    } catch (e) {
+      if (!folder.webllm.size || e.name === 'AbortError') throw e;
+      folder.cacheWarning ||= `${n} could not be fetched (${e.name}: ${e.message}); loaded without it`;
+    }
+  }
+  folder.sizeHint = tensorCacheBytes(texts.tensorCache) + [...folder.sources.values()].reduce((a, s) => a + s.size, 0);
+  return texts;
+}
+
+/** The text files of a Hugging Face folder for the engine, and the progress total's first guess. */
+async function hfTexts(folder, config) {
+  const texts = { config, name: folder.name };
+  // The text files are read in parallel: room for each one's chunks (they are small, except
+  // a large tokenizer.json), then back to three chunks for the weights.
+  folder.pool.max = 8;
+  await Promise.all(Object.entries(HF_TEXT_FILES).map(async ([k, name]) => { texts[k] = await folder.text(name, { optional: true }); }));
+  // A sentence-transformers folder: the module files its modules.json names (pooling and
+  // dense configs, dense weights), for embeddings.
+  if (texts.stModules) {
+    texts.moduleFiles = {};
+    for (const path of mod.stModuleFiles(texts.stModules)) texts.moduleFiles[path] = await folder.bytes(path);
+  }
+  folder.pool.max = 3;
+  // Progress total before every shard is open: the text files plus the index's total_size.
+  let hint = 0;
+  try { hint = Number(JSON.parse(texts.index || '{}')?.metadata?.total_size) || 0; } catch {}
+  for (const s of folder.sources.values()) hint += s.size;
+  folder.sizeHint = hint;
+  return texts;
 }
 
 export class LocalEngine {
@@ -171,7 +245,9 @@ export class LocalEngine {
     await initWasm(o.wasm);
     if (o.model == null) throw namedError('InvalidOptionError', 'createEngine: `model` (a URL, a File/Blob, or a folder\'s Files) is required');
     const t0 = performance.now();
+    if (o.webllmCache != null && typeof o.webllmCache !== 'boolean') throw namedError('InvalidOptionError', `createEngine: webllmCache must be true or false, got ${JSON.stringify(o.webllmCache)}`);
     const srcOpts = {
+      webllmCache: o.webllmCache ?? true,
       cache: o.cache ?? 'auto',
       sha256: o.sha256,
       onProgress,
@@ -207,23 +283,7 @@ export class LocalEngine {
         if (o.sha256 != null && (typeof o.sha256 !== 'object' || Array.isArray(o.sha256))) {
           throw namedError('InvalidOptionError', "createEngine: sha256 of a model folder must map file names to hex digests, e.g. { 'model.safetensors': '...' }");
         }
-        const texts = { config: what.config, name: folder.name };
-        // The text files are read in parallel: room for each one's chunks (they are small, except
-        // a large tokenizer.json), then back to three chunks for the weights.
-        folder.pool.max = 8;
-        await Promise.all(Object.entries(HF_TEXT_FILES).map(async ([k, name]) => { texts[k] = await folder.text(name, { optional: true }); }));
-        // A sentence-transformers folder: the module files its modules.json names (pooling and
-        // dense configs, dense weights), for embeddings.
-        if (texts.stModules) {
-          texts.moduleFiles = {};
-          for (const path of mod.stModuleFiles(texts.stModules)) texts.moduleFiles[path] = await folder.bytes(path);
-        }
-        folder.pool.max = 3;
-        // Progress total before every shard is open: the text files plus the index's total_size.
-        let hint = 0;
-        try { hint = Number(JSON.parse(texts.index || '{}')?.metadata?.total_size) || 0; } catch {}
-        for (const s of folder.sources.values()) hint += s.size;
-        folder.sizeHint = hint;
+        const texts = what.kind === 'mlc' ? await mlcTexts(folder, what.chatConfig) : await hfTexts(folder, what.config);
         await folder.saveManifest(false);
         wasm = await mod.loadHfEngine(texts, (name) => folder.weights(name), opts, progress);
         await folder.finish();

@@ -1,8 +1,10 @@
-// A Hugging Face model folder: its text files and safetensors shards, each a ModelSource.
+// A model folder (Hugging Face, or MLC-LLM's): its text files and weight files (safetensors
+// shards, or an MLC tensor cache's shards), each a ModelSource.
 
 import { namedError } from './errors.js';
 import { MANIFEST_VERSION, holdModelLock, openBackend, urlKey } from './cache.js';
 import { ChunkPool, ModelSource } from './source.js';
+import { webllmFile } from './webllm.js';
 
 /** The optional text files of a Hugging Face model folder (config.json is required). */
 export const HF_TEXT_FILES = {
@@ -53,6 +55,8 @@ export class ModelFolder {
     this.sizeHint = 0; // the index's total_size: the shards not opened yet
     this.lastError = null;
     this.onProgress = opts.onProgress || (() => {});
+    this.kind = 'hf'; // 'mlc' once the folder turns out to be an MLC-LLM one
+    this.webllm = new Map(); // name -> WebLLM's cache key, for the files read from its cache
   }
 
   /** Open the folder's manifest (cached folders list their files). */
@@ -134,6 +138,7 @@ export class ModelFolder {
       this.sources.set(name, s);
       return s;
     }
+    if (await this.webllmSource(name)) return this.sources.get(name);
     if (optional && this.knownAbsent(name)) return null;
     try {
       const s = await ModelSource.open(this.url(name), {
@@ -155,6 +160,21 @@ export class ModelFolder {
       }
       throw e;
     }
+  }
+
+  /**
+   * `name` from WebLLM's Cache API copy of this folder, read-only, when the load allows it
+   * (`webllmCache`, default true) and WebLLM has the file (webllm.js): the source, else null.
+   */
+  async webllmSource(name) {
+    if (this.sources.has(name)) return this.webllm.has(name) ? this.sources.get(name) : null;
+    if (!this.base || this.opts.webllmCache === false) return null;
+    const hit = await webllmFile(this.base, name);
+    if (!hit) return null;
+    const s = await ModelSource.open(hit.blob, { ...this.opts, cache: 'none', name, sha256: this.sha256For(name), pool: this.pool, onProgress: () => this.report('cache') });
+    this.sources.set(name, s);
+    this.webllm.set(name, hit.url);
+    return s;
   }
 
   /** The whole text of `name` (null if optional and absent). */
@@ -186,9 +206,10 @@ export class ModelFolder {
     let size = 0;
     let down = 0;
     let cached = 0;
-    for (const s of this.sources.values()) {
+    for (const [name, s] of this.sources) {
       size += s.size;
-      down += Math.min(s.size, (s.cachedAtOpen || 0) + s.downloaded);
+      // A file in WebLLM's cache is as good as downloaded.
+      down += this.webllm.has(name) ? s.size : Math.min(s.size, (s.cachedAtOpen || 0) + s.downloaded);
       cached += s.fromCache;
     }
     const total = Math.max(size, this.sizeHint);
@@ -228,6 +249,8 @@ export class ModelFolder {
     const expected = this.opts.sha256 && typeof this.opts.sha256 === 'object' ? Object.keys(this.opts.sha256) : [];
     for (const [name, s] of this.sources) {
       const st = s.stats();
+      // Read from WebLLM's cache: its key, and 'webllm' as the cache it came from.
+      if (this.webllm.has(name)) Object.assign(st, { url: this.webllm.get(name), cache: 'webllm' });
       files.push({ name, ...st });
       size += st.size;
       downloadedBytes += st.downloadedBytes;
@@ -238,7 +261,7 @@ export class ModelFolder {
     const kinds = new Set(files.map((f) => f.cache));
     return {
       url: this.base,
-      format: 'hf',
+      format: this.kind,
       size,
       downloadedBytes,
       cachedBytesRead,

@@ -18,14 +18,22 @@ export interface CreateEngineOptions {
    * A GGUF file: its URL (fetched with Range requests) or a File/Blob. A Hugging Face model
    * folder: its URL (config.json, model.safetensors or model.safetensors.index.json + shards,
    * tokenizer.json, tokenizer_config.json / chat_template.jinja, generation_config.json are read
-   * relative to it), or its Files (a directory picker's FileList or an array of Files).
-   * URL rule with `format: 'auto'`: a path ending in '/' or '/config.json' is a folder; one ending
-   * in '.gguf' (or a blob:/data: URL) is a GGUF file; any other URL is probed for
-   * `<url>/config.json` and is a folder if that exists, else a GGUF file.
+   * relative to it), or its Files (a directory picker's FileList or an array of Files). An MLC-LLM
+   * folder (what WebLLM runs: mlc-chat-config.json, tensor-cache.json or ndarray-cache.json,
+   * params_shard_*.bin, tokenizer.json, tokenizer_config.json), by URL or Files the same way.
+   * URL rule with `format: 'auto'`: a path ending in '/', '/config.json' or
+   * '/mlc-chat-config.json' is a folder; one ending in '.gguf' (or a blob:/data: URL) is a GGUF
+   * file; any other URL is probed for `<url>/config.json` and is a folder if that exists, else a
+   * GGUF file. A folder without config.json is an MLC folder if it has mlc-chat-config.json.
    */
   model: string | URL | Blob | FileList | File[];
   /** Skip the detection above (default 'auto'). */
-  format?: 'auto' | 'gguf' | 'hf';
+  format?: 'auto' | 'gguf' | 'hf' | 'mlc';
+  /** An MLC folder given by URL: read the files WebLLM already downloaded from its Cache API
+   *  caches ('webllm/config', 'webllm/model', keyed by the file URLs under the model URL as WebLLM
+   *  writes them) instead of downloading them again (default true). Read-only: WebLLM's caches are
+   *  never written, changed or created; files it does not have are fetched and cached as usual. */
+  webllmCache?: boolean;
   /** Quantize a folder's F32/F16/BF16 matrices at load, like the CLI's --quantize (default
    *  'none'; matrices whose rows are not whole 32-element blocks stay as they are). GGUF files
    *  are already quantized: InvalidOptionError. */
@@ -307,11 +315,12 @@ export interface EngineInfo {
   load: {
     /** The file's URL, or for a model folder the folder's URL (ending in '/'); null for local files. */
     url: string | null; size: number; downloadedBytes: number; cachedBytesRead: number; networkRequests: number;
-    cache: 'opfs' | 'cache-api' | 'none'; sha256Verified: boolean; cacheWarning: string | null; ms: number;
-    /** 'hf' for a model folder (absent for a GGUF file). */
-    format?: 'hf';
-    /** A model folder's files with the same statistics each. */
-    files?: Array<{ name: string; url: string | null; size: number; downloadedBytes: number; cachedBytesRead: number; networkRequests: number; cache: 'opfs' | 'cache-api' | 'none'; sha256Verified: boolean; cacheWarning: string | null }>;
+    cache: 'opfs' | 'cache-api' | 'none' | 'webllm'; sha256Verified: boolean; cacheWarning: string | null; ms: number;
+    /** 'hf' for a Hugging Face model folder, 'mlc' for an MLC-LLM one (absent for a GGUF file). */
+    format?: 'hf' | 'mlc';
+    /** A model folder's files with the same statistics each; a file read from WebLLM's cache has
+     *  `cache: 'webllm'` and its key there as `url`. */
+    files?: Array<{ name: string; url: string | null; size: number; downloadedBytes: number; cachedBytesRead: number; networkRequests: number; cache: 'opfs' | 'cache-api' | 'none' | 'webllm'; sha256Verified: boolean; cacheWarning: string | null }>;
   };
 }
 
@@ -355,6 +364,7 @@ export interface DiagnoseReport {
 export interface CachedModel {
   /** A GGUF file's URL, or a model folder's URL (ending in '/'). */
   url: string;
+  /** 'hf' for any model folder (Hugging Face or MLC). */
   format: 'gguf' | 'hf';
   /** Bytes of the file, or of the folder's files cached so far. */
   size: number;

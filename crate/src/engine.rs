@@ -121,7 +121,8 @@ impl Engine {
         Ok(Engine::assemble(rt, Some(tokenizer), template, eos_ids, src.source_name(), defaults, embedding))
     }
 
-    /// Load a Hugging Face model folder (config.json + safetensors, tokenizer files optional).
+    /// Load a Hugging Face model folder (config.json + safetensors, tokenizer files optional), or
+    /// an MLC-LLM folder (mlc-chat-config.json + tensor cache and shards; `model::mlc`).
     #[cfg(not(target_arch = "wasm32"))]
     pub async fn load_hf_dir(dir: &std::path::Path, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
         use crate::weights::FileSource;
@@ -191,7 +192,7 @@ impl Engine {
         Ok(Engine::assemble(rt, tokenizer, template, eos_ids, source_name, defaults, embedding))
     }
 
-    /// Load a GGUF file or a Hugging Face model folder from disk.
+    /// Load a GGUF file, a Hugging Face model folder or an MLC-LLM folder from disk.
     #[cfg(not(target_arch = "wasm32"))]
     pub async fn load_path(path: &std::path::Path, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
         if path.is_dir() {

@@ -17,6 +17,8 @@ pub enum Error {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Safetensors(#[from] crate::weights::safetensors::SafetensorsError),
+    #[error(transparent)]
+    Mlc(#[from] crate::model::mlc::MlcError),
     #[error("quantized data: {0}")]
     Quant(String),
     #[error("tokenizer: {0}")]
@@ -52,7 +54,7 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Io { .. } => "IoError",
-            Error::Gguf(_) | Error::Safetensors(_) => "ModelFormatError",
+            Error::Gguf(_) | Error::Safetensors(_) | Error::Mlc(_) => "ModelFormatError",
             Error::Quant(_) => "ModelFormatError",
             Error::Tokenizer(_) => "TokenizerError",
             Error::Template(_) => "TemplateError",

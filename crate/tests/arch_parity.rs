@@ -132,6 +132,40 @@ fn mlx_quantized_folders_match_their_dequantized_reference() {
     assert!(fails.is_empty(), "{}", fails.join("\n"));
 }
 
+/// MLC-LLM folders (tests/fixtures/arch/*-mlc, made by tests/scripts/make_mlc_fixtures.py with a
+/// port of MLC's group quantizer and tensor-cache writer): Llama q4f16_1 in six shards under
+/// `tensor-cache.json`, Phi-3 q4f16_1 with its own MLC names under `ndarray-cache.json`, Qwen2
+/// q4f32_1 (bf16-coded scales, fused c_attn bias, tied), Gemma 2 q4f16_2 (f16 embedding as the
+/// tied head, norms stored plus one), against transformers on the weights MLC's dequantization
+/// documents, (q - 7) * scale. The codes stay 4-bit on the GPU (Gemma's f16 embedding is most
+/// of its bytes).
+#[test]
+fn mlc_folders_match_their_dequantized_reference() {
+    let mut fails = Vec::new();
+    for (name, base, shrink) in
+        [("llama-mlc", "llama", 4), ("phi3-mlc", "phi3", 4), ("qwen2-mlc", "qwen2", 4), ("gemma2-mlc", "gemma2", 2)]
+    {
+        fails.extend(check(name, name, "none", 1e-2, true));
+        let (q, f) = (load(name, "none").rt.weights.bytes, load(base, "none").rt.weights.bytes);
+        assert!(q * shrink < f, "{name}: {q} bytes of weights on the GPU, the f32 folder's {f}");
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
+
+/// An MLC folder's tokenizer.json and tokenizer_config.json (llama-mlc's stand-in byte
+/// vocabulary and chat template) are the ones the engine uses; mlc-chat-config.json's
+/// conversation template (not Jinja) is not.
+#[test]
+fn mlc_folder_brings_its_tokenizer_and_chat_template() {
+    let e = load("llama-mlc", "none");
+    let tok = e.tokenizer().unwrap();
+    assert_eq!(tok.encode("Hi!").unwrap(), vec![72, 105, 33]);
+    let ids = e.chat_ids(&[ferrolm::chat_template::ChatMessage::new("user", "Hi!")]).unwrap();
+    assert_eq!(tok.decode(&ids).unwrap(), "<user>Hi!<assistant>");
+    // eos_token_id and the conversation template's stop_token_ids.
+    assert_eq!(e.eos_ids, vec![2]);
+}
+
 /// Qwen3.5 as its published checkpoints come: the `Qwen3_5ForConditionalGeneration` wrapper
 /// (text config nested under `text_config`, the text model's tensors under
 /// `model.language_model.`, a vision tower beside them), made here from the qwen3_5 fixture.

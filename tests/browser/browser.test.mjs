@@ -134,6 +134,8 @@ before(async () => {
       '/bad': tmp,
       '/hf': hfDir,
       '/embed': EMBED,
+      // MLC folders (WebLLM's format) as they are; /mlc/webllm-only/ serves nothing (see the test).
+      '/mlc': ARCH,
       '/m/resume': modelDir,
       '/m/cached': modelDir,
       '/m/sha': modelDir,
@@ -731,6 +733,93 @@ test('HF folder: logits and greedy tokens match transformers (single file, shard
   assert.equal(l.deleted, true);
   assert.equal(l.deleted2, true);
   assert.ok(!l.after.some((m) => m.url.includes('/hf/')), JSON.stringify(l.after));
+});
+
+test('MLC folders (WebLLM\'s format) match transformers by URL and as Files; a model in WebLLM\'s Cache API loads from it without a request and leaves it as it was', async () => {
+  const p = await openPage();
+  const llama = ref('llama-mlc');
+  const mlcFiles = (dir) => fs.readdirSync(path.join(ARCH, dir)).filter((f) => f !== 'reference.json' && f !== 'logits.f32');
+  // (a) From the server: llama-mlc (tensor-cache.json, 6 shards, tokenizer) in the page, phi3-mlc
+  // (ndarray-cache.json; the URL without '/' is probed) in a worker.
+  server.resetLog();
+  const a = await hfRun(p, { model: '/mlc/llama-mlc/', worker: false, cache: 'none' }, llama);
+  assert.ok(a.ok, a.message);
+  assert.deepEqual(a.value.tokens, llama.greedy);
+  log('llama-mlc logits error', checkLogits('llama-mlc', a.value.topLogits, 1e-2).toExponential(2));
+  assert.equal(a.value.info.load.format, 'mlc');
+  const fetched = server.log.filter((q) => q.path.startsWith('/mlc/llama-mlc/') && (q.status === 200 || q.status === 206)).map((q) => q.path.slice('/mlc/llama-mlc/'.length));
+  assert.deepEqual([...new Set(fetched)].sort(), mlcFiles('llama-mlc').sort());
+  const phi3 = ref('phi3-mlc');
+  const b = await hfRun(p, { model: '/mlc/phi3-mlc', worker: true, cache: 'none' }, phi3);
+  assert.ok(b.ok, b.message);
+  assert.deepEqual(b.value.tokens, phi3.greedy);
+  log('phi3-mlc logits error', checkLogits('phi3-mlc', b.value.topLogits, 1e-2).toExponential(2));
+  // A directory pick of an MLC folder (mlc-chat-config.json and no config.json).
+  const local = await inPage(p, async ({ files, prompt }) => {
+    const list = await Promise.all(files.map(async (f) => new File([await (await fetch(`/mlc/llama-mlc/${f}`)).blob()], f)));
+    const e = await ferrolm.createEngine({ model: list, worker: false, contextLength: 64 });
+    const toks = [];
+    for await (const c of e.generate({ tokens: prompt }, { maxTokens: 2, temperature: 0, stopIds: [] })) toks.push(c.token);
+    const format = e.info.load.format;
+    await e.unload();
+    return { toks, format };
+  }, { files: mlcFiles('llama-mlc'), prompt: llama.prompt });
+  assert.ok(local.ok, local.message);
+  assert.deepEqual(local.value, { toks: llama.greedy.slice(0, 2), format: 'mlc' });
+
+  // (b) WebLLM downloaded llama-mlc from /mlc/webllm-only/: its Cache API caches hold the files
+  // under the keys WebLLM writes (cleanModelUrl adds resolve/main/). The server has nothing there.
+  const base = `${server.url}/mlc/webllm-only/`;
+  const webllmKey = `${base}resolve/main/`;
+  const put = await inPage(p, async ({ key, files }) => {
+    for (const f of files) {
+      const c = await caches.open(f === 'mlc-chat-config.json' ? 'webllm/config' : 'webllm/model');
+      await c.put(key + f, await fetch(`/mlc/llama-mlc/${f}`));
+    }
+    return (await caches.keys()).sort();
+  }, { key: webllmKey, files: ['mlc-chat-config.json', 'tensor-cache.json', 'tokenizer.json', ...mlcFiles('llama-mlc').filter((f) => f.startsWith('params_shard_'))] });
+  assert.ok(put.ok, put.message);
+  // What WebLLM's caches hold: every key with the sha256 of its body.
+  const snapshot = () => inPage(p, async () => {
+    const out = {};
+    for (const name of (await caches.keys()).filter((n) => n.startsWith('webllm/'))) {
+      const c = await caches.open(name);
+      for (const req of await c.keys()) {
+        const body = await (await c.match(req)).arrayBuffer();
+        out[`${name} ${req.url}`] = [...new Uint8Array(await crypto.subtle.digest('SHA-256', body))].map((x) => x.toString(16).padStart(2, '0')).join('');
+      }
+    }
+    return { entries: out, caches: (await caches.keys()).sort() };
+  });
+  const before = await snapshot();
+  assert.ok(before.ok, before.message);
+  assert.equal(Object.keys(before.value.entries).length, 9);
+  server.resetLog();
+  const c = await hfRun(p, { model: base, worker: true }, llama);
+  assert.ok(c.ok, c.message);
+  assert.deepEqual(c.value.tokens, llama.greedy);
+  log('llama-mlc from WebLLM\'s cache: logits error', checkLogits('llama-mlc', c.value.topLogits, 1e-2).toExponential(2));
+  // Only tokenizer_config.json (which WebLLM does not keep) was asked of the server: a 404.
+  const asked = server.log.filter((q) => q.path.startsWith('/mlc/webllm-only/'));
+  assert.deepEqual(asked.map((q) => [q.path, q.status]), [['/mlc/webllm-only/tokenizer_config.json', 404]]);
+  const files = c.value.info.load.files;
+  assert.equal(files.filter((f) => f.cache === 'webllm').length, 9, JSON.stringify(files));
+  assert.ok(files.filter((f) => f.cache === 'webllm').every((f) => f.url === webllmKey + f.name), JSON.stringify(files));
+  assert.equal(c.value.info.load.networkRequests, 1);
+  assert.equal(c.value.info.hasChatTemplate, false); // tokenizer_config.json's template is on the server only
+  const after = await snapshot();
+  assert.ok(after.ok, after.message);
+  assert.deepEqual(after.value, before.value, 'WebLLM\'s caches are unchanged');
+
+  // webllmCache: false leaves WebLLM's cache alone: then the folder is not there at all.
+  const d = await inPage(p, async ({ model }) => {
+    try { await ferrolm.createEngine({ model, worker: false, cache: 'none', webllmCache: false }); return 'loaded'; } catch (e) { return `${e.name}: ${e.message}`; }
+  }, { model: base });
+  assert.ok(d.ok, d.message);
+  assert.match(d.value, /^ModelFormatError: .*mlc-chat-config\.json/);
+  const cleanup = await inPage(p, async () => { for (const n of ['webllm/config', 'webllm/model']) await caches.delete(n); });
+  assert.ok(cleanup.ok, cleanup.message);
+  await p.close();
 });
 
 test('Qwen3.5 (Gated DeltaNet + gated attention), BitNet b1.58 and MLX 4-bit weights match transformers from folders and GGUF files, in the page and a worker', async () => {

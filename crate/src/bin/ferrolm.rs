@@ -127,7 +127,8 @@ enum Cmd {
 
 #[derive(Args)]
 struct ModelArgs {
-    /// A GGUF file or a Hugging Face model folder (config.json + *.safetensors).
+    /// A GGUF file, a Hugging Face model folder (config.json + *.safetensors) or an MLC-LLM folder
+    /// (mlc-chat-config.json + tensor-cache.json / ndarray-cache.json + params_shard_*.bin).
     #[arg(long)]
     model: String,
     /// Quantize a folder's F32/F16/BF16 weights at load: none, q8_0 or q4_0.
@@ -623,14 +624,22 @@ fn inspect(model: &str, json: bool) -> Result<()> {
         let files = ferrolm::model::hf::read_dir_files(path)?;
         let hf = ferrolm::model::hf_config::HfConfig::from_json(&files.config)?;
         let cfg = ferrolm::model::ModelConfig::from_hf(&hf);
-        let st = ferrolm::weights::safetensors::open_dir(path)?;
+        let st = match &files.mlc {
+            // An MLC folder's tensors, under the names the loader maps them to (mlc::hf_name).
+            Some(w) => ferrolm::gpu::block_on(ferrolm::model::mlc::open_tensors(w, |f| {
+                let p = path.join(f);
+                async move { FileSource::open(p) }
+            }))?,
+            None => ferrolm::weights::safetensors::open_dir(path)?,
+        };
         let names: Vec<&str> = st.tensor_names().collect();
         if json {
             let cfg =
                 cfg.map(|c| serde_json::json!(c)).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
             println!("{}", serde_json::json!({ "config": cfg, "tensors": names }));
         } else {
-            println!("{model}: Hugging Face folder, model_type {}, {} tensors", hf.model_type, names.len());
+            let kind = if files.mlc.is_some() { "MLC" } else { "Hugging Face" };
+            println!("{model}: {kind} folder, model_type {}, {} tensors", hf.model_type, names.len());
             match cfg {
                 Ok(c) => println!("config: {c:?}"),
                 Err(e) => println!("config: not runnable: {e}"),

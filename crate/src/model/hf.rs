@@ -1,6 +1,8 @@
 //! Hugging Face model folders: config.json, *.safetensors (one file or shards with
 //! model.safetensors.index.json), tokenizer.json, tokenizer_config.json, generation_config.json.
 //! Weights map onto the same per-layer parts as GGUF tensors, so the forward pass is shared.
+//! MLC-LLM folders (`mlc.rs`) come through here too, their tensor cache standing in for the
+//! safetensors shards.
 
 use super::config::ModelConfig;
 use super::hf_config::{GenerationConfig, HfConfig, TokenizerConfig};
@@ -48,6 +50,9 @@ pub struct HfFiles {
     pub index: Option<Vec<u8>>,
     /// sentence-transformers files (`modules.json` and what it names), for embeddings.
     pub st: Option<crate::embed::StFiles>,
+    /// An MLC-LLM folder's tensor cache: the weights are its shards, not safetensors (`config`
+    /// and `generation_config` were then made from `mlc-chat-config.json`, see `mlc::hf_files`).
+    pub mlc: Option<super::mlc::MlcWeights>,
 }
 
 /// The optional files of a model folder besides the weights, in the order they are looked for.
@@ -70,6 +75,8 @@ pub struct HfModel<S> {
     pub prefix: &'static str,
     /// The LM head tensor to load, if the model does not use the embedding (see `head_tensor`).
     pub head: Option<&'static str>,
+    /// The folder's norm weights are Gemma's (1 + w) stored as w + 1 (MLC's Gemma loaders).
+    norms_plus_one: bool,
 }
 
 /// The tensor names of one layer with the shapes the config implies.
@@ -149,19 +156,21 @@ fn packed_type(dtype: &StDtype, q: Quantize, cols: usize) -> Result<GgmlType> {
 }
 
 /// How a matrix is stored in the folder: float (packed as is, or quantized at load to the
-/// type), or MLX's affine quantization (`mlx_lm.convert -q`: uint32 words of `bits`-bit codes
-/// with per-group `scales` and `biases`, w = scale * q + bias).
+/// type), MLX's affine quantization (`mlx_lm.convert -q`: uint32 words of `bits`-bit codes
+/// with per-group `scales` and `biases`, w = scale * q + bias), or MLC's 4-bit group
+/// quantization (`q_weight` codes and `q_scale`, w = (q - 7) * scale, groups of 32).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Stored {
     Plain(GgmlType),
     Mlx { bits: usize, group: usize },
+    Mlc,
 }
 
 impl Stored {
     fn layout(self) -> Layout {
         match self {
             Stored::Plain(ty) => Layout::for_type(ty).expect("F32, F16, BF16, Q8_0 and Q4_0 have layouts"),
-            Stored::Mlx { bits: 4, .. } => Layout::Q4 { block: 32 },
+            Stored::Mlx { bits: 4, .. } | Stored::Mlc => Layout::Q4 { block: 32 },
             Stored::Mlx { .. } => Layout::Q8 { block: 32 },
         }
     }
@@ -196,6 +205,28 @@ fn pack_mlx(
     Packed { layout, rows, cols, words: w, meta }
 }
 
+/// MLC's 4-bit codes (element j of a row in bits 4 (j % 8) of word j / 8: the layout's own order)
+/// with one scale per 32 elements, as the 4-bit layout. A block is stored as (q + 1, scale,
+/// -8 scale), Q4_0's form, whose scale and offset are both exact in f16 for f16 scales (so the
+/// GPU keeps 32 bits of metadata a block, not 64); a block holding a code 15, which q + 1 would
+/// carry out of its nibble (MLC's quantizer clamps codes to 0..=14, so only other writers give
+/// it), keeps (q, scale, -7 scale). Either way scale * q + offset is (q - 7) * scale exactly in f32
+/// for f16 and bf16 scales (an 8- or 11-bit significand times 4-bit integers).
+fn pack_mlc(words: &[u8], scales: &[f32], (rows, cols): (usize, usize)) -> Packed {
+    let mut w: Vec<u32> = words.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let mut meta = Vec::with_capacity(rows * cols / 16);
+    for (block, &s) in w.chunks_exact_mut(4).zip(scales) {
+        let has_15 = block.iter().any(|&x| x & (x >> 1) & (x >> 2) & (x >> 3) & 0x1111_1111 != 0);
+        if has_15 {
+            meta.extend([s, -7.0 * s]);
+        } else {
+            block.iter_mut().for_each(|x| *x += 0x1111_1111);
+            meta.extend([s, -8.0 * s]);
+        }
+    }
+    Packed { layout: Layout::Q4 { block: 32 }, rows, cols, words: w, meta }
+}
+
 /// Bytes for a message: whole MiB from 1 MiB up, else KiB (rounded up).
 fn size_text(b: u64) -> String {
     if b >= 1 << 20 {
@@ -217,10 +248,14 @@ impl<S: AsyncSource> HfModel<S> {
         let cfg = ModelConfig::from_hf(&hf)?;
         let generation = files.generation_config.as_deref().map(GenerationConfig::from_json).transpose()?;
         let tokenizer_config = files.tokenizer_config.as_deref().map(TokenizerConfig::from_json).transpose()?;
-        let st = SafetensorsModel::open_async(files.index.as_deref(), open).await?;
+        let st = match &files.mlc {
+            Some(w) => super::mlc::open_tensors(w, open).await?,
+            None => SafetensorsModel::open_async(files.index.as_deref(), open).await?,
+        };
         let prefix = text_prefix(&st)?;
         let head = head_tensor(&st, prefix, cfg.tied_embeddings).await?;
-        Ok(HfModel { hf, cfg, st, generation, tokenizer_config, prefix, head })
+        let norms_plus_one = files.mlc.as_ref().is_some_and(|w| w.norms_plus_one());
+        Ok(HfModel { hf, cfg, st, generation, tokenizer_config, prefix, head, norms_plus_one })
     }
 
     /// Stop token ids from generation_config.json, else config.json.
@@ -262,7 +297,10 @@ impl<S: AsyncSource> HfModel<S> {
                 (n("self_attn.v_proj.weight"), kvd),
             ]
         };
-        let qkv_bias = if c.qkv_bias && lin.is_none() {
+        let qkv_bias = if c.qkv_bias && lin.is_none() && self.has(&n("self_attn.qkv_proj.bias")) {
+            // MLC fuses the biases with the weights (Qwen's c_attn).
+            vec![(n("self_attn.qkv_proj.bias"), qd + 2 * kvd)]
+        } else if c.qkv_bias && lin.is_none() {
             vec![(n("self_attn.q_proj.bias"), qd), (n("self_attn.k_proj.bias"), kvd), (n("self_attn.v_proj.bias"), kvd)]
         } else {
             vec![]
@@ -380,6 +418,9 @@ impl<S: AsyncSource> HfModel<S> {
     /// the shapes of the words and the scales), else float packed as `q` asks.
     fn stored(&self, name: &str, (rows, cols): (usize, usize), q: Quantize) -> Result<Stored> {
         let stem = name.strip_suffix(".weight").unwrap_or(name);
+        if self.st.get(&format!("{stem}.q_scale")).is_some() {
+            return self.stored_mlc(name, (rows, cols));
+        }
         let Some((_, _, s)) = self.st.get(&format!("{stem}.scales")) else {
             let t = self.tensor(name, &[rows, cols])?;
             let ty = packed_type(&t.dtype, q, cols).map_err(|e| Error::Unsupported(format!("tensor {name}: {e}")))?;
@@ -416,10 +457,37 @@ impl<S: AsyncSource> HfModel<S> {
         Ok(Stored::Mlx { bits, group })
     }
 
-    /// Bytes of `name` and its MLX scales and biases, if any.
+    /// An MLC-quantized matrix (`name` is its `q_weight`, `mlc::hf_name`): uint32 codes
+    /// [rows, cols / 8] and float scales [rows, cols / 32], checked against the config's shape.
+    fn stored_mlc(&self, name: &str, (rows, cols): (usize, usize)) -> Result<Stored> {
+        let stem = name.strip_suffix(".weight").unwrap_or(name);
+        let (_, _, s) = self.st.get(&format!("{stem}.q_scale")).expect("looked up by the caller");
+        let (_, _, w) =
+            self.st.get(name).ok_or_else(|| Error::Model(format!("{stem}.q_scale without {stem}.q_weight")))?;
+        if !cols.is_multiple_of(32) {
+            return Err(Error::Unsupported(format!(
+                "MLC-quantized {stem}: rows of {cols} values, not whole groups of 32"
+            )));
+        }
+        let bad = |m: String| Error::Model(format!("MLC-quantized {stem}: {m}"));
+        if w.dtype.name() != "U32" || w.shape != [rows as u64, cols as u64 / 8] {
+            return Err(bad(format!("q_weight {} {:?}, expected U32 [{rows}, {}]", w.dtype.name(), w.shape, cols / 8)));
+        }
+        if matches!(s.dtype, StDtype::Other { .. }) || s.shape != [rows as u64, cols as u64 / 32] {
+            return Err(bad(format!(
+                "q_scale {} {:?}, expected float [{rows}, {}]",
+                s.dtype.name(),
+                s.shape,
+                cols / 32
+            )));
+        }
+        Ok(Stored::Mlc)
+    }
+
+    /// Bytes of `name` and its MLX scales and biases or MLC scales, if any.
     fn stored_bytes(&self, name: &str) -> u64 {
         let stem = name.strip_suffix(".weight").unwrap_or(name);
-        [name.to_string(), format!("{stem}.scales"), format!("{stem}.biases")]
+        [name.to_string(), format!("{stem}.scales"), format!("{stem}.biases"), format!("{stem}.q_scale")]
             .iter()
             .filter_map(|n| self.st.get(n))
             .map(|(_, _, t)| t.n_bytes)
@@ -485,7 +553,21 @@ impl<S: AsyncSource> HfModel<S> {
     /// A small tensor of `shape` as f32 values, row-major.
     async fn shaped(&self, name: &str, shape: &[usize], on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
         self.tensor(name, shape)?;
-        self.st.read_f32_async(name, on_read).await
+        let mut v = self.st.read_f32_async(name, on_read).await?;
+        if self.norms_plus_one && (name.ends_with("layernorm.weight") || name == self.norm_name()) {
+            // Exact: v - 1 of a half-precision v needs at most 24 significant bits.
+            v.iter_mut().for_each(|x| *x -= 1.0);
+        }
+        Ok(v)
+    }
+
+    /// The bytes of rows `r0..r0 + n` of tensor `t` (a quantized matrix's codes or its scales),
+    /// with its dtype.
+    async fn row_range(&self, t: &str, (r0, n): (usize, usize)) -> Result<(Vec<u8>, StDtype)> {
+        let (src, _, info) = self.st.get(t).ok_or_else(|| Error::Model(format!("missing tensor {t}")))?;
+        let row = info.n_bytes / info.shape[0].max(1);
+        let raw = SafetensorsModel::read_range(src, info.offset + r0 as u64 * row, n as u64 * row, &mut |_| {}).await?;
+        Ok((raw, info.dtype.clone()))
     }
 
     /// Rows `r0..r0 + n` of a `rows` x `cols` matrix stored as `how`, packed.
@@ -500,20 +582,20 @@ impl<S: AsyncSource> HfModel<S> {
             Stored::Plain(ty) => ty,
             Stored::Mlx { bits, group } => {
                 let stem = name.strip_suffix(".weight").unwrap_or(name);
-                let part = |t: String| async move {
-                    let (src, _, info) = self.st.get(&t).ok_or_else(|| Error::Model(format!("missing tensor {t}")))?;
-                    let row = info.n_bytes / info.shape[0].max(1);
-                    let raw =
-                        SafetensorsModel::read_range(src, info.offset + r0 as u64 * row, n as u64 * row, &mut |_| {})
-                            .await?;
-                    Ok::<_, Error>((raw, info.dtype.clone()))
-                };
-                let (words, _) = part(name.to_string()).await?;
-                let (s, sd) = part(format!("{stem}.scales")).await?;
-                let (b, bd) = part(format!("{stem}.biases")).await?;
+                let (words, _) = self.row_range(name, (r0, n)).await?;
+                let (s, sd) = self.row_range(&format!("{stem}.scales"), (r0, n)).await?;
+                let (b, bd) = self.row_range(&format!("{stem}.biases"), (r0, n)).await?;
                 on_read((words.len() + s.len() + b.len()) as u64);
                 let f = |raw: &[u8], d: &StDtype| crate::weights::safetensors::to_f32(d, raw).expect("dtype checked");
                 return Ok(pack_mlx(&words, &f(&s, &sd), &f(&b, &bd), (n, cols), bits, group));
+            }
+            Stored::Mlc => {
+                let stem = name.strip_suffix(".weight").unwrap_or(name);
+                let (words, _) = self.row_range(name, (r0, n)).await?;
+                let (s, sd) = self.row_range(&format!("{stem}.q_scale"), (r0, n)).await?;
+                on_read((words.len() + s.len()) as u64);
+                let scales = crate::weights::safetensors::to_f32(&sd, &s).expect("dtype checked");
+                return Ok(pack_mlc(&words, &scales, (n, cols)));
             }
         };
         let (src, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
@@ -551,9 +633,11 @@ impl<S: AsyncSource> HfModel<S> {
         q: Quantize,
         on_read: &mut dyn FnMut(u64),
     ) -> Result<Packed> {
-        if let Stored::Mlx { .. } = self.stored(name, (n, cols), q).unwrap_or(Stored::Plain(GgmlType::F32)) {
+        if let Stored::Mlx { .. } | Stored::Mlc =
+            self.stored(name, (n, cols), q).unwrap_or(Stored::Plain(GgmlType::F32))
+        {
             return Err(Error::Unsupported(format!(
-                "MLX-quantized {name}: an intermediate size that is not a multiple of 8 (the kernels would pad it)"
+                "quantized {name}: an intermediate size that is not a multiple of 8 (the kernels would pad it)"
             )));
         }
         let (src, _, t) = self.st.get(name).ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
@@ -589,8 +673,13 @@ impl<S: AsyncSource> HfModel<S> {
             .ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
         // Quantizing at load gives Q8_0 / Q4_0, whose f16 block scales make f16 metadata exact;
         // so do MLX's 4-bit f16 scales and biases (8-bit offsets move by 128 scales: kept f32).
+        // MLC's f16 scales keep f16 metadata too (`pack_mlc`).
         let f16_meta = match how {
             Stored::Plain(_) => true,
+            Stored::Mlc => {
+                let stem = name.strip_suffix(".weight").unwrap_or(name);
+                self.st.get(&format!("{stem}.q_scale")).is_some_and(|s| s.2.dtype == StDtype::F16)
+            }
             Stored::Mlx { bits, .. } => {
                 let stem = name.strip_suffix(".weight").unwrap_or(name);
                 bits == 4 && self.st.get(&format!("{stem}.scales")).is_some_and(|s| s.2.dtype == StDtype::F16)
@@ -835,8 +924,17 @@ pub fn read_dir_files(dir: &std::path::Path) -> Result<HfFiles> {
             Err(e) => Err(Error::io(p.display().to_string(), e)),
         }
     };
-    let config = read("config.json")?
-        .ok_or_else(|| Error::Model(format!("{}: no config.json (not a Hugging Face model folder)", dir.display())))?;
+    let config = match read("config.json")? {
+        Some(c) => c,
+        None if dir.join(super::mlc::CHAT_CONFIG).is_file() => return super::mlc::read_dir_files(dir),
+        None => {
+            return Err(Error::Model(format!(
+                "{}: no config.json (not a Hugging Face model folder) and no {} (not an MLC folder)",
+                dir.display(),
+                super::mlc::CHAT_CONFIG
+            )))
+        }
+    };
     Ok(HfFiles {
         config,
         generation_config: read("generation_config.json")?,
@@ -845,6 +943,7 @@ pub fn read_dir_files(dir: &std::path::Path) -> Result<HfFiles> {
         chat_template: read("chat_template.jinja")?,
         index: read(crate::weights::safetensors::INDEX_FILE)?.map(String::into_bytes),
         st: read_st_files(dir, &read)?,
+        mlc: None,
     })
 }
 

@@ -5,6 +5,7 @@ pub mod config;
 pub mod forward;
 pub mod hf;
 pub mod hf_config;
+pub mod mlc;
 pub mod sampling;
 pub mod streamed;
 pub mod weights;

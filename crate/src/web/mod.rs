@@ -275,6 +275,8 @@ fn st_files(files: &JsValue, text: &dyn Fn(&str) -> Option<String>) -> Result<Op
 /// `tokenizer`, `tokenizerConfig`, `chatTemplate`, `index` may be null), and `name` (the folder's
 /// URL). `open(fileName)` resolves to a byte source `{size, name, read}` for `model.safetensors`
 /// or for each shard the index names (names are checked to be plain file names first).
+/// An MLC-LLM folder instead gives `mlcChatConfig`, `tensorCache` (its text) and
+/// `tensorCacheName`, with `tokenizer` and `tokenizerConfig`; `open` then yields its shards.
 #[wasm_bindgen(js_name = loadHfEngine)]
 pub async fn load_hf_engine(
     files: JsValue,
@@ -285,16 +287,34 @@ pub async fn load_hf_engine(
     let text = |k: &str| -> Option<String> {
         js_sys::Reflect::get(&files, &JsValue::from_str(k)).ok().and_then(|v| v.as_string())
     };
-    let config = text("config")
-        .ok_or_else(|| js_err(Error::Model("no config.json (not a Hugging Face model folder)".into())))?;
-    let files_rs = HfFiles {
-        config,
-        generation_config: text("generationConfig"),
-        tokenizer: text("tokenizer"),
-        tokenizer_config: text("tokenizerConfig"),
-        chat_template: text("chatTemplate"),
-        index: text("index").map(String::into_bytes),
-        st: st_files(&files, &text)?,
+    let files_rs = match text("mlcChatConfig") {
+        // An MLC folder: its tensor cache (`tensorCacheName` says which of the two names it had)
+        // stands in for the safetensors index.
+        Some(chat) => {
+            let cache = text("tensorCache").ok_or_else(|| {
+                js_err(Error::Model("an MLC folder without tensor-cache.json or ndarray-cache.json".into()))
+            })?;
+            let cache_name = text("tensorCacheName").unwrap_or_else(|| crate::model::mlc::TENSOR_CACHE_FILES[0].into());
+            crate::model::mlc::hf_files(
+                &chat,
+                cache.into_bytes(),
+                &cache_name,
+                text("tokenizer"),
+                text("tokenizerConfig"),
+            )
+            .map_err(js_err)?
+        }
+        None => HfFiles {
+            config: text("config")
+                .ok_or_else(|| js_err(Error::Model("no config.json (not a Hugging Face model folder)".into())))?,
+            generation_config: text("generationConfig"),
+            tokenizer: text("tokenizer"),
+            tokenizer_config: text("tokenizerConfig"),
+            chat_template: text("chatTemplate"),
+            index: text("index").map(String::into_bytes),
+            st: st_files(&files, &text)?,
+            mlc: None,
+        },
     };
     let name = text("name").unwrap_or_else(|| "model folder".into());
     let open_fn = open

@@ -454,6 +454,13 @@ impl SafetensorsFile {
         self.index.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// A file whose tensors another index lists (an MLC tensor cache's shard, `model/mlc.rs`):
+    /// no header, offsets as given, checked by that index's reader.
+    pub(crate) fn from_tensors(name: String, tensors: Vec<StTensor>) -> Self {
+        let index = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        SafetensorsFile { name, header_len: 0, data_offset: 0, metadata: Vec::new(), tensors, index }
+    }
+
     pub fn read_tensor_bytes(&self, src: &dyn ByteSource, t: &StTensor) -> crate::Result<Vec<u8>> {
         let n = usize::try_from(t.n_bytes).map_err(|_| {
             crate::Error::Model(format!("{}: tensor {:?} is too large for this platform", self.name, t.name))
@@ -580,6 +587,16 @@ impl<S> SafetensorsModel<S> {
         }
         self.shards.push((file, src, st));
         Ok(())
+    }
+
+    /// Shards opened and indexed elsewhere (an MLC tensor cache, `model/mlc.rs`); a tensor in two
+    /// of them is refused as in a safetensors folder.
+    pub(crate) fn from_files(files: Vec<(String, S, SafetensorsFile)>) -> crate::Result<Self> {
+        let mut m = Self::empty(files.len());
+        for (file, src, st) in files {
+            m.add(file, src, st)?;
+        }
+        Ok(m)
     }
 
     /// Every tensor the index names must be in the shard it names.
