@@ -3,6 +3,39 @@
 // Per four k's a thread reads 8 + 4 vec4s from workgroup memory for 128 multiply-adds (the
 // 4x4-per-thread version read 8 for 64, through dot products).
 
+@group(0) @binding(2) var<storage, read> a: array<vec4<f32>>;
+
+// This thread's share of one K step: 4 vec4 of A and 2 runs of 8 weights.
+struct Tile {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    a2: vec4<f32>,
+    a3: vec4<f32>,
+    w0: W8,
+    w1: W8,
+}
+
+fn load_a(m0: u32, k0: u32, i: u32) -> vec4<f32> {
+    let r = i / 8u;
+    let kq = i % 8u;
+    if (m0 + r < step.n_tokens && k0 + kq * 4u < K) {
+        return a[((m0 + r) * K + k0) / 4u + kq];
+    }
+    return vec4<f32>(0.0);
+}
+
+// Invocation `lid` of `wg` (128) loads A elements lid + q wg (q < 4) and W runs lid + q wg (q < 2).
+fn load_tile(m0: u32, n0: u32, k0: u32, lid: u32, wg: u32) -> Tile {
+    var t: Tile;
+    t.a0 = load_a(m0, k0, lid);
+    t.a1 = load_a(m0, k0, lid + wg);
+    t.a2 = load_a(m0, k0, lid + 2u * wg);
+    t.a3 = load_a(m0, k0, lid + 3u * wg);
+    t.w0 = load_w(n0, k0, lid);
+    t.w1 = load_w(n0, k0, lid + wg);
+    return t;
+}
+
 var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]: row m, four k's; swizzled
 var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BK][BN / 4]: k, four n's; swizzled
 

@@ -1,13 +1,18 @@
 // Prefill matmul on the GPU's matrix units (wgpu's cooperative matrices: VK_KHR_cooperative_matrix,
-// the tensor cores on NVIDIA), over the tile of matmul_tile.wgsl. Each K step's A and W tiles are
-// converted to f16 in workgroup memory; each of the four 32-wide subgroups multiplies one 32x32
-// quarter of the 64x64 output as 2 x 2 products of 16x16 f16 matrices accumulated in f32. The
-// quarters then pass through workgroup memory to the shared epilogue (bias, residual add, edges).
-// Chosen only where the adapter offers 16x16x16 f16 x f16 -> f32 products on 32-wide subgroups
-// (crate/src/gpu/mod.rs); the assembler puts `enable f16; enable wgpu_cooperative_matrix;` first.
+// the tensor cores on NVIDIA), over the tile of matmul_tile.wgsl: each K step's W tile is
+// converted to f16 in workgroup memory, A is loaded in f16 from memory (matmul_f16.wgsl); each
+// of the four 32-wide subgroups multiplies one 32x32 quarter of the 64x64 output as 2 x 2
+// products of 16x16 f16 matrices accumulated in f32. The quarters then pass through workgroup
+// memory to the shared epilogue (bias, residual add, edges). Chosen only where the adapter
+// offers 16x16x16 f16 x f16 -> f32 products on 32-wide subgroups (crate/src/gpu/mod.rs); the
+// assembler puts `enable f16; enable wgpu_cooperative_matrix;` first.
+// Dispatch: Tiles(N): (ceil(N / 64), ceil(tokens / 64)).
 
-var<workgroup> a_h: array<f16, 2048>;   // [BM][BK]: row m, then k
-var<workgroup> w_h: array<f16, 2048>;   // [BN][BK]: row n, then k (W^T's columns, k-contiguous)
+// Unpadded rows: with matmul_coop_wide.wgsl's padding this tile ran slower on the H100
+// (Llama-3.2-1B's down projection 6.9 -> 10.9 ms for 512 tokens, A then staged beside W).
+const BKP: u32 = BK;
+
+var<workgroup> w_h: array<f16, 2048>;   // [BN][BKP]: row n, then k (W^T's columns, k-contiguous)
 var<workgroup> c_sh: array<f32, 4096>;  // [BM][BN]: the finished tile
 
 @compute @workgroup_size(128)
@@ -22,19 +27,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
     var c11 = coop_mat16x16<f32, C>();
-    var t = load_tile(m0, n0, 0u, lid, 128u);
+    let arow = (m0 + qm) * K;
+    var t = load_runs(n0, 0u, lid, 128u);
     for (var k0 = 0u; k0 < K; k0 += BK) {
-        put_tile(t, lid, 128u);
+        put_runs(t, lid, 128u, 0u);
         workgroupBarrier();
         if (k0 + BK < K) {
-            t = load_tile(m0, n0, k0 + BK, lid, 128u);
+            t = load_runs(n0, k0 + BK, lid, 128u);
         }
         for (var kk = 0u; kk < BK; kk += 16u) {
             // A row-major (k contiguous in a row); W^T column-major (k contiguous in a column).
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&a_h[qm * BK + kk], BK);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&a_h[(qm + 16u) * BK + kk], BK);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BK + kk], BK);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BK + kk], BK);
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + k0 + kk], K);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K + k0 + kk], K);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BKP + kk], BKP);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BKP + kk], BKP);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);

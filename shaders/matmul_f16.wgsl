@@ -1,17 +1,28 @@
-// The matrix-unit matmuls' staging (matmul_coop.wgsl, matmul_coop_wide.wgsl): one K step's A
-// elements and W runs, loaded in f32 by matmul_tile.wgsl, written to the f16 tiles `a_h` and `w_h`
-// that each kernel declares with its own size, both with k contiguous (stride BK).
+// What the matrix-unit matmuls (matmul_coop.wgsl, matmul_coop_wide.wgsl) share beside the tile:
+// A in f16 straight from memory (to_f16.wgsl converts each input once, rows of K, in buffers
+// with whole tiles of rows), and the staging of W's K step into the f16 tile `w_h` (k
+// contiguous, row stride BKP) that each kernel declares with its own size. Matrix loads of A
+// from memory rather than through workgroup memory: each invocation then converts and stores
+// only its weights, the part of a K step that cost the most.
 
-fn put_a(i: u32, v: vec4<f32>) {
-    let o = (i / 8u) * BK + (i % 8u) * 4u;
-    a_h[o] = f16(v.x);
-    a_h[o + 1u] = f16(v.y);
-    a_h[o + 2u] = f16(v.z);
-    a_h[o + 3u] = f16(v.w);
+@group(0) @binding(2) var<storage, read> a16: array<f16>;
+
+// This invocation's share of one K step of W: runs j and j + wg of 8 weights (load_w).
+struct Runs {
+    w0: W8,
+    w1: W8,
 }
 
-fn put_w(j: u32, w: W8) {
-    let o = (j / 4u) * BK + (j % 4u) * 8u;
+fn load_runs(n0: u32, k0: u32, lid: u32, wg: u32) -> Runs {
+    var t: Runs;
+    t.w0 = load_w(n0, k0, lid);
+    t.w1 = load_w(n0, k0, lid + wg);
+    return t;
+}
+
+// Run j of a K step at column k of the tile.
+fn put_w(j: u32, w: W8, k: u32) {
+    let o = (j / 4u) * BKP + k + (j % 4u) * 8u;
     w_h[o] = f16(w.lo.x);
     w_h[o + 1u] = f16(w.lo.y);
     w_h[o + 2u] = f16(w.lo.z);
@@ -22,13 +33,7 @@ fn put_w(j: u32, w: W8) {
     w_h[o + 7u] = f16(w.hi.w);
 }
 
-
-// A whole K step of invocation `lid` of `wg` (load_tile's indexing).
-fn put_tile(t: Tile, lid: u32, wg: u32) {
-    put_a(lid, t.a0);
-    put_a(lid + wg, t.a1);
-    put_a(lid + 2u * wg, t.a2);
-    put_a(lid + 3u * wg, t.a3);
-    put_w(lid, t.w0);
-    put_w(lid + wg, t.w1);
+fn put_runs(t: Runs, lid: u32, wg: u32, k: u32) {
+    put_w(lid, t.w0, k);
+    put_w(lid + wg, t.w1, k);
 }

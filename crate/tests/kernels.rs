@@ -187,12 +187,28 @@ fn check_linear(
             },
         ),
     };
-    g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid)
+    // On matrix units A enters in f16 as to_f16.wgsl leaves it, in whole 128-token tiles (the
+    // rows past m poisoned: they must not reach the m rows of output).
+    let f16_inputs = matches!(kernel, Kernel::MatMulCoop | Kernel::MatMulWide);
+    let ab = if f16_inputs {
+        let a16 = buf_u32(g, &vec![0x7e00_7e00; m.next_multiple_of(128) * k / 2]);
+        g.dispatch_once(
+            Kernel::ToF16,
+            &[("N", k as f64)],
+            &[(0, &xb), (1, &a16)],
+            [m as u32, 0, 0, 0],
+            [(m * k.div_ceil(4)).div_ceil(256) as u32, 1, 1],
+        )
+        .unwrap();
+        a16
+    } else {
+        xb
+    };
+    g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &ab), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid)
         .unwrap();
     let got = read(g, &yb, m * n);
-    // On matrix units (matmul_coop.wgsl) A and W enter the products as f16: the reference rounds
-    // them the same way and still sums in f32.
-    let f16_inputs = (kernel == Kernel::MatMul && g.summary.matrix_units) || kernel == Kernel::MatMulWide;
+    // On matrix units A and W enter the products as f16: the reference rounds them the same
+    // way and still sums in f32.
     let round = |v: &[f32]| -> Vec<f32> {
         if f16_inputs {
             v.iter().map(|&a| half::f16::from_f32(a).to_f32()).collect()
@@ -375,12 +391,15 @@ fn matmul_all_layouts() {
     if !g.summary.matrix_units {
         eprintln!("matmul_coop*.wgsl skipped: this adapter offers no 16x16 f16 cooperative matrices (the GPU machine runs them)");
     } else {
-        // The wide tile: partial tiles in both directions, one token, several K steps.
-        for l in ALL {
-            check_linear(&g, &mut r, Kernel::MatMulWide, l, 200, 300, 96, true, true, false);
-            check_linear(&g, &mut r, Kernel::MatMulWide, l, 1, 130, 64, false, false, false);
+        // Both tiles: partial tiles in both directions, one token, several K steps (K a
+        // multiple of 32: the forward pass takes the f32 kernel otherwise).
+        for kernel in [Kernel::MatMulCoop, Kernel::MatMulWide] {
+            for l in ALL {
+                check_linear(&g, &mut r, kernel, l, 200, 300, 96, true, true, false);
+                check_linear(&g, &mut r, kernel, l, 1, 130, 64, false, false, false);
+            }
+            check_linear(&g, &mut r, kernel, L::Q4, 129, 1024, 256, true, false, false);
         }
-        check_linear(&g, &mut r, Kernel::MatMulWide, L::Q4, 129, 1024, 256, true, false, false);
     }
     for l in ALL {
         check_linear(&g, &mut r, Kernel::MatMul, l, 70, 130, 96, false, false, false);
@@ -691,6 +710,70 @@ fn attention_causal_gqa() {
             1e-4,
             1e-4,
             &format!("attention hd={hd} t={t} pos0={pos0} window={window} softcap={softcap}"),
+        );
+    }
+}
+
+/// Prefill attention on matrix units (attention_coop.wgsl) against the f64 reference on the
+/// inputs it rounds: queries times the scale in f16 (keys and values are f16 in the cache), and
+/// probabilities in f16 for the P·V product, hence the looser tolerance.
+#[test]
+fn attention_coop_matches_reference() {
+    let g = gpu();
+    if !g.summary.matrix_units {
+        eprintln!("attention_coop.wgsl skipped: this adapter offers no 16x16 f16 cooperative matrices (the GPU machine runs it)");
+        return;
+    }
+    let mut r = R::new();
+    for (hd, nh, nkv, ctx, t, pos0, causal, softcap) in [
+        (64usize, 4usize, 2usize, 256usize, 70usize, 100usize, true, 0f32),
+        (96, 2, 1, 192, 64, 0, true, 0.0),
+        (128, 2, 2, 128, 5, 60, true, 30.0),
+        (64, 3, 1, 128, 40, 0, false, 0.0),
+    ] {
+        let stride = (nh + 2 * nkv) * hd + 8;
+        let qkv = r.vec(t * stride);
+        let cache: Vec<f32> =
+            (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
+        let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut want = vec![0f32; t * nh * hd];
+        for tt in 0..t {
+            let end = if causal { pos0 + tt + 1 } else { pos0 + t };
+            for h in 0..nh {
+                let qv: Vec<f32> =
+                    qkv[tt * stride + h * hd..][..hd].iter().map(|x| f16_round((*x as f64 * scale) as f32)).collect();
+                let o = cpu_attention(&qv, kcache, vcache, h / (nh / nkv), ctx, 0..end, 1.0, softcap);
+                want[(tt * nh + h) * hd..][..hd].copy_from_slice(&o);
+            }
+        }
+        let (qb, kvb, ob) = (buf_f32(&g, &qkv), buf_u32(&g, &pack_f16(&cache)), poisoned(&g, want.len()));
+        let consts = [
+            ("HD", hd as f64),
+            ("NH", nh as f64),
+            ("NKV", nkv as f64),
+            ("CTX", ctx as f64),
+            ("CAP", ctx as f64),
+            ("SCALE", scale),
+            ("SOFTCAP", softcap as f64),
+            ("WINDOW", 0.0),
+            ("QSTRIDE", stride as f64),
+            ("CAUSAL", causal as u32 as f64),
+        ];
+        g.dispatch_once(
+            Kernel::AttentionCoop,
+            &consts,
+            &[(0, &qb), (1, &kvb), (2, &kvb), (3, &ob)],
+            [t as u32, pos0 as u32, 0, 0],
+            [nh as u32, t.div_ceil(64) as u32, 1],
+        )
+        .unwrap();
+        assert_close(
+            &read(&g, &ob, want.len()),
+            &want,
+            3e-3,
+            3e-3,
+            &format!("coop attention hd={hd} t={t} pos0={pos0} causal={causal} softcap={softcap}"),
         );
     }
 }

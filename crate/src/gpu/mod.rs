@@ -67,8 +67,10 @@ fn report_lost(_id: u32, _message: &str) {}
 /// The least we need; checked up front so a weak adapter fails with a clear message.
 const MIN_WORKGROUP_STORAGE: u32 = 16 * 1024;
 const MIN_INVOCATIONS: u32 = 256;
-/// Workgroup memory of matmul_coop.wgsl: f16 A and W tiles (4 KiB each), the f32 output tile.
-const COOP_WORKGROUP_STORAGE: u32 = 24 * 1024;
+/// Workgroup memory of the larger matrix-unit matmul (matmul_coop_wide.wgsl): the padded f16 W
+/// tile (10 KiB) and a quarter of the f32 output tile (16 KiB). Prefill attention on matrix
+/// units needs more and checks for itself (forward.rs `ATTENTION_COOP_STORAGE`).
+const COOP_WORKGROUP_STORAGE: u32 = 26 * 1024;
 
 impl Gpu {
     /// Pick an adapter (high performance first) and open a device with the adapter's limits.
@@ -136,7 +138,7 @@ impl Gpu {
             && features.contains(wgpu::Features::MEMORY_DECORATION_COHERENT)
             && std::env::var("FERROLM_NO_FUSED_ATTENTION").is_err();
         // Prefill matmuls on the matrix units (matmul_coop.wgsl): 16x16x16 f16 x f16 -> f32
-        // cooperative matrices, each owned by one 32-wide subgroup, and 24 KiB of workgroup
+        // cooperative matrices, each owned by one 32-wide subgroup, and 26 KiB of workgroup
         // memory. wgpu's cooperative matrices are experimental and native only (Vulkan's
         // VK_KHR_cooperative_matrix, Metal's simdgroup matrices). FERROLM_NO_COOP=1 keeps the f32
         // matmul.

@@ -13,23 +13,31 @@ const REDUCE_WG: &str = include_str!("../../../shaders/reduce_wg.wgsl");
 const ROWDOT: &str = include_str!("../../../shaders/rowdot.wgsl");
 const ATTN_MERGE: &str = include_str!("../../../shaders/attn_merge.wgsl");
 const MATMUL_TILE: &str = include_str!("../../../shaders/matmul_tile.wgsl");
-const MATMUL_COOP: &str = include_str!("../../../shaders/matmul_coop.wgsl");
 const MATMUL_F16: &str = include_str!("../../../shaders/matmul_f16.wgsl");
-/// `enable` directives of matmul_coop.wgsl; they must open the assembled source.
+/// `enable` directives of the matrix-unit kernels and of to_f16.wgsl; they must open the
+/// assembled source.
 const COOP_ENABLES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
+const F16_ENABLE: &str = "enable f16;\n";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
     MatVec,
     QkvRope,
+    /// The prefill matmul in f32 (any adapter).
     MatMul,
-    /// The prefill matmul in 128x128 tiles on matrix units, for wide matrices (chosen by the
-    /// forward pass only where `Pipelines::matrix_units`).
+    /// The prefill matmul on matrix units in 64x64 tiles (chosen by the forward pass only
+    /// where `Pipelines::matrix_units`), and in 128x128 tiles for wide matrices; both read A
+    /// in f16 as `ToF16` leaves it.
+    MatMulCoop,
     MatMulWide,
+    ToF16,
     Embed,
     RmsNorm,
     RopeKv,
     Attention,
+    /// Prefill attention on matrix units (chosen by the forward pass only where
+    /// `Pipelines::matrix_units` and the layer's shape allows).
+    AttentionCoop,
     AttnDecode,
     AttnCombine,
     FfnAct,
@@ -46,15 +54,18 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 19] = [
+    pub const ALL: [Kernel; 22] = [
         Kernel::MatVec,
         Kernel::QkvRope,
         Kernel::MatMul,
+        Kernel::MatMulCoop,
         Kernel::MatMulWide,
+        Kernel::ToF16,
         Kernel::Embed,
         Kernel::RmsNorm,
         Kernel::RopeKv,
         Kernel::Attention,
+        Kernel::AttentionCoop,
         Kernel::AttnDecode,
         Kernel::AttnCombine,
         Kernel::FfnAct,
@@ -94,11 +105,14 @@ impl Kernel {
             Kernel::MatVec => (include_str!("../../../shaders/matvec.wgsl"), false, true),
             Kernel::QkvRope => (include_str!("../../../shaders/qkv_rope.wgsl"), false, true),
             Kernel::MatMul => (include_str!("../../../shaders/matmul.wgsl"), true, false),
+            Kernel::MatMulCoop => (include_str!("../../../shaders/matmul_coop.wgsl"), true, false),
             Kernel::MatMulWide => (include_str!("../../../shaders/matmul_coop_wide.wgsl"), true, false),
+            Kernel::ToF16 => (include_str!("../../../shaders/to_f16.wgsl"), false, false),
             Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true, false),
             Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false, false),
             Kernel::RopeKv => (include_str!("../../../shaders/rope_kv.wgsl"), false, false),
             Kernel::Attention => (include_str!("../../../shaders/attention.wgsl"), false, false),
+            Kernel::AttentionCoop => (include_str!("../../../shaders/attention_coop.wgsl"), false, false),
             Kernel::AttnDecode => (include_str!("../../../shaders/attn_decode.wgsl"), false, false),
             Kernel::AttnCombine => (include_str!("../../../shaders/attn_combine.wgsl"), false, false),
             Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false, false),
@@ -119,7 +133,7 @@ impl Kernel {
     fn slots(self) -> &'static [Option<Slot>] {
         use Slot::*;
         match self {
-            Kernel::MatVec | Kernel::MatMul | Kernel::MatMulWide => {
+            Kernel::MatVec | Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform)]
             }
             Kernel::QkvRope => &[
@@ -135,12 +149,14 @@ impl Kernel {
             Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
             Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
-            Kernel::Attention => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::Attention | Kernel::AttentionCoop => {
+                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)]
+            }
             Kernel::AttnDecode => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), Some(Uniform), Some(ReadWrite)]
             }
             Kernel::AttnCombine => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
-            Kernel::FfnAct => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
+            Kernel::FfnAct | Kernel::ToF16 => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::Mask => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
             Kernel::Conv1d => &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform)],
@@ -241,9 +257,12 @@ impl Pipelines {
         let src = k.source();
         // `enable` directives must come first, so the reduction prelude leads.
         let mut code = String::new();
-        let coop = (k == Kernel::MatMul && self.matrix_units) || k == Kernel::MatMulWide;
+        let coop = matches!(k, Kernel::MatMulCoop | Kernel::MatMulWide | Kernel::AttentionCoop);
+        let f16 = coop || k == Kernel::ToF16;
         if coop {
             code.push_str(COOP_ENABLES);
+        } else if f16 {
+            code.push_str(F16_ENABLE);
         }
         if src.reduce {
             code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
@@ -261,13 +280,13 @@ impl Pipelines {
             code.push_str(ATTN_MERGE);
         }
         code.push_str(STEP);
-        if matches!(k, Kernel::MatMul | Kernel::MatMulWide) {
+        if matches!(k, Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide) {
             code.push_str(MATMUL_TILE);
         }
-        if coop {
+        if matches!(k, Kernel::MatMulCoop | Kernel::MatMulWide) {
             code.push_str(MATMUL_F16);
         }
-        code.push_str(if k == Kernel::MatMul && coop { MATMUL_COOP } else { src.body });
+        code.push_str(src.body);
         if self.fused_attention {
             code = code.replace("/*COHERENT*/", "@coherent");
         }

@@ -31,6 +31,8 @@ enum Grid {
     Tiles(u32),
     /// 128x128 output tiles over (n, t) (matmul_coop_wide.wgsl).
     WideTiles(u32),
+    /// (heads, ceil(t / 64)): 64 queries of a head per workgroup (attention_coop.wgsl).
+    QueryBlocks(u32),
     /// `n` elements per token, 256 per workgroup, folded into 2-D past 65535 workgroups.
     Elems(u32),
     /// (heads, splits): one workgroup per 64 cached positions (decode attention).
@@ -46,6 +48,7 @@ impl Grid {
             Grid::PerToken(x) => [x, t, 1],
             Grid::Tiles(n) => [n.div_ceil(MATMUL_TILE_N), t.div_ceil(MATMUL_TILE_M), 1],
             Grid::WideTiles(n) => [n.div_ceil(WIDE_TILE), t.div_ceil(WIDE_TILE), 1],
+            Grid::QueryBlocks(heads) => [heads, t.div_ceil(64), 1],
             Grid::Elems(n) => {
                 let wgs = (n * t).div_ceil(256);
                 let y = wgs.div_ceil(65535);
@@ -64,8 +67,19 @@ pub const WIDE_TILE: u32 = 128;
 /// Weight matrices with at least this many rows take the wide tile on matrix units; narrower
 /// ones keep 64x64 tiles, which give the GPU more workgroups. H100, 512 tokens: rows of 2,048
 /// (Llama-3.2-1B's down and o) ran 45% slower wide (64 workgroups), rows of 3,072 (Phi-3's down)
-/// 32% faster.
+/// 32% faster. Measured again with A read in f16 from memory (session 9, 1B pp512): thresholds
+/// of 1,024 / 2,048 / 3,072 rows gave 20.5k / 20.2k / 21.4k tok/s.
 pub const WIDE_MIN_ROWS: usize = 3072;
+
+/// Elements of `Buffers::a16`: every prefill matmul input (the hidden state, the attention or
+/// token-mixer output, the FFN activation) of up to `max_tokens` tokens, rounded up to whole
+/// 128-token tiles, which the matrix-unit kernels read whole.
+pub fn a16_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
+    max_tokens.next_multiple_of(WIDE_TILE as usize) * cfg.hidden.max(cfg.mix_width()).max(cfg.ffn)
+}
+
+/// Workgroup memory of attention_coop.wgsl: f16 queries and probabilities, f32 scores.
+const ATTENTION_COOP_STORAGE: u32 = 44 * 1024;
 
 /// Decode attention merges its 64-position splits with one weight each in workgroup memory
 /// (attn_merge.wgsl): 8 KiB at this many, inside WebGPU's 16 KiB beside the kernel's other arrays.
@@ -184,6 +198,9 @@ pub struct Buffers {
     pub lin: wgpu::Buffer,
     /// Per token and value head: the DeltaNet state's decay and beta (delta_prep.wgsl).
     pub gates: wgpu::Buffer,
+    /// The prefill matmul's input in f16 on matrix units (to_f16.wgsl): whole 128-token tiles of
+    /// the widest input row (a 16-byte placeholder elsewhere).
+    pub a16: wgpu::Buffer,
     /// Cache slots per layer: the context, or on sliding-window layers just the window plus one
     /// prefill chunk (a chunk writes all its keys before any of its queries read).
     pub kv_cap: Vec<usize>,
@@ -214,7 +231,8 @@ impl Buffers {
                 } else if cfg.layer_sliding[i] && cfg.sliding_window > 0 {
                     context.min(cfg.sliding_window + max_tokens)
                 } else {
-                    context
+                    // Whole 64-slot chunks: prefill attention on matrix units reads keys a chunk at a time.
+                    context.next_multiple_of(64)
                 }
             })
             .collect();
@@ -266,6 +284,7 @@ impl Buffers {
             delta_state,
             gu: buf("gu", t * 2 * ff * f)?,
             h: buf("h", t * ff * f)?,
+            a16: buf("a16", if gpu.pipelines.matrix_units { a16_elems(cfg, max_tokens) as u64 * 2 } else { 16 })?,
             tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 4)) as u64 * f)?,
             done: buf("attn splits done", cfg.n_heads as u64 * 4)?,
@@ -398,6 +417,8 @@ struct Builder<'a> {
     /// Set when a decode matvec would need more workgroup memory than the adapter has (wgpu
     /// does not check it natively; browsers refuse the pipeline).
     too_big: std::cell::Cell<Option<usize>>,
+    /// The matrix-unit matmuls' f16 input (`Buffers::a16`).
+    a16: &'a wgpu::Buffer,
 }
 
 /// Decode matvecs split rows into slices while they have fewer workgroups than this. Measured on
@@ -585,6 +606,19 @@ impl Builder<'_> {
         (wg, slices)
     }
 
+    /// Whether a layer's prefill attention runs on matrix units (attention_coop.wgsl): full
+    /// (not sliding) layers with head widths of 16k up to 128 and caches of 64k slots, so no
+    /// 64-key chunk passes the cache's end. FERROLM_NO_COOP_ATTENTION=1 keeps attention.wgsl.
+    fn coop_attention(&self, head_dim: usize, cap: usize, sliding: bool) -> bool {
+        self.gpu.pipelines.matrix_units
+            && !sliding
+            && head_dim.is_multiple_of(16)
+            && head_dim <= 128
+            && cap.is_multiple_of(64)
+            && self.gpu.limits.max_compute_workgroup_storage_size >= ATTENTION_COOP_STORAGE
+            && std::env::var("FERROLM_NO_COOP_ATTENTION").is_err()
+    }
+
     /// Prefill: c (+)= a · Wᵀ (+ bias).
     fn matmul(
         &mut self,
@@ -607,12 +641,26 @@ impl Builder<'_> {
             ("HAS_BIAS", b(bias.is_some())),
             ("BIAS_OFF", bias.unwrap_or(0) as f64),
         ];
-        let (kernel, grid) = if self.gpu.pipelines.matrix_units && w.rows >= WIDE_MIN_ROWS {
-            (Kernel::MatMulWide, Grid::WideTiles(w.rows as u32))
+        let n = w.rows as u32;
+        if !self.gpu.pipelines.matrix_units || !w.cols.is_multiple_of(32) {
+            self.push(
+                label,
+                Kernel::MatMul,
+                &consts,
+                &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)],
+                Grid::Tiles(n),
+            );
+            return;
+        }
+        let a16 = self.a16;
+        let grid = Grid::Elems(w.cols.div_ceil(4) as u32);
+        self.push("to f16", Kernel::ToF16, &[("N", w.cols as f64)], &[(0, a), (1, a16)], grid);
+        let (kernel, grid) = if w.rows >= WIDE_MIN_ROWS {
+            (Kernel::MatMulWide, Grid::WideTiles(n))
         } else {
-            (Kernel::MatMul, Grid::Tiles(w.rows as u32))
+            (Kernel::MatMulCoop, Grid::Tiles(n))
         };
-        self.push(label, kernel, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)], grid);
+        self.push(label, kernel, &consts, &[(0, &w.words), (1, &w.meta), (2, a16), (3, c), (4, vecs)], grid);
     }
 
     /// Qwen3.5's full-attention output gate, in place on `attn` (nothing for other models).
@@ -798,6 +846,7 @@ pub fn build(
         offsets: w.offsets,
         row_range: Vec::new(),
         too_big: Default::default(),
+        a16: &bf.a16,
     };
     // 16 splits at most (the kernel's MSPLITS); none for models too wide to gain.
     let mut short_max = (MERGE_MAX_VALUES / cfg.q_dim()).min(16) as u32 * 64;
@@ -920,13 +969,12 @@ pub fn build(
             if batched {
                 let mut attn = attn.to_vec();
                 attn.push(("CAUSAL", b(cfg.causal)));
-                p.push(
-                    "attention",
-                    Kernel::Attention,
-                    &attn,
-                    &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)],
-                    Grid::PerToken(cfg.n_heads as u32),
-                );
+                let (kernel, grid) = if p.coop_attention(cfg.head_dim, cap as usize, sliding) {
+                    (Kernel::AttentionCoop, Grid::QueryBlocks(cfg.n_heads as u32))
+                } else {
+                    (Kernel::Attention, Grid::PerToken(cfg.n_heads as u32))
+                };
+                p.push("attention", kernel, &attn, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], grid);
             } else {
                 let mut consts = attn[..8].to_vec();
                 consts.push(("FUSED", b(fused)));
