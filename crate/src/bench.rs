@@ -59,8 +59,9 @@ pub fn context_needed(o: &BenchOptions) -> usize {
     o.depth.unwrap_or(o.prompt_len).max(o.prompt_len) + o.gen + 1
 }
 
-/// Most warm-up prefills before the measured repetitions.
-const WARMUP_MAX: usize = 8;
+/// Warm-up prefills before the measured repetitions: at most this many, for at least this long.
+const WARMUP_MAX: usize = 32;
+const WARMUP_MS: f64 = 1500.0;
 
 pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
     if o.prompt_len == 0 || o.gen == 0 || o.reps == 0 {
@@ -108,16 +109,17 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         Ok(now_ms() - t0)
     }
 
-    // Warm-up: compile caches, first-touch allocations, clocks. An idle H100 took two or three
-    // prefills to reach its clocks (90, 63, then 30 ms for one that settles at 30), so prefill
-    // repeats until two in a row agree within 10% (at most WARMUP_MAX times).
-    let mut last = f64::INFINITY;
+    // Warm-up: compile caches, first-touch allocations, clocks. An idle H100 took a second or
+    // more of work to reach its clocks (prefills of 90, 63, then 30 ms; once two in a row at 73
+    // before 25), so prefill repeats for at least WARMUP_MS and until two in a row agree within
+    // 10% (at most WARMUP_MAX times).
+    let (start, mut last) = (now_ms(), f64::INFINITY);
     for _ in 0..WARMUP_MAX {
         rt.pos = 0;
         let t0 = now_ms();
         rt.forward(&prompt).await?;
         let ms = now_ms() - t0;
-        if (ms - last).abs() <= 0.1 * last {
+        if now_ms() - start >= WARMUP_MS && (ms - last).abs() <= 0.1 * last {
             break;
         }
         last = ms;
