@@ -489,6 +489,17 @@ export class LocalEngine {
     }
   }
 
+  /** `ferrolm bench` inside the module: the engine's own prefill and decode speed. */
+  async benchmark(options) {
+    await this.genLock.acquire();
+    try {
+      const body = JSON.stringify(options ?? {});
+      return JSON.parse(await this.call((w) => w.benchmark(body)));
+    } finally {
+      this.genLock.release();
+    }
+  }
+
   /** The GPU self-check (and with `reference` {tokens, top, tolerance?} the model's own). */
   async diagnose(reference) {
     await this.genLock.acquire();

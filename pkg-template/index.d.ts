@@ -349,7 +349,58 @@ export interface Engine extends EventTarget {
   };
   /** GPU self-check for bug reports (see DiagnoseReport). */
   diagnose(options?: { reference?: { tokens: number[]; top: Array<[number, number]>; tolerance?: number } }): Promise<DiagnoseReport>;
+  /**
+   * The engine's own speed on this device, measured as `ferrolm bench` does natively (random
+   * prompt ids, decoding with the token chosen on the GPU; medians over `reps`). The context
+   * must hold promptLen + gen + 1 tokens; afterwards the KV cache holds random tokens.
+   */
+  benchmark(options?: BenchmarkOptions): Promise<BenchmarkReport>;
   unload(): Promise<void>;
+}
+
+export interface BenchmarkOptions {
+  /** Prompt ids prefilled in one chunk (default 512). */
+  promptLen?: number;
+  /** Tokens decoded (default 128). */
+  gen?: number;
+  /** Tokens in the cache when decoding starts (default promptLen). */
+  depth?: number;
+  /** Repetitions, after a warm-up (default 3). */
+  reps?: number;
+  /** Any of these decodes by sampling on the GPU (seed 1 unless given); none: greedy. */
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+  seed?: number;
+}
+
+/** `ferrolm bench --json`'s report (snake_case as the CLI writes it). */
+export interface BenchmarkReport {
+  prompt_len: number;
+  gen: number;
+  depth: number;
+  reps: number;
+  prefill_tok_s: number;
+  decode_tok_s: number;
+  ms_per_token: number;
+  prefill_ms: number[];
+  decode_ms: number[];
+  dispatches_per_token: number;
+  prefill_dispatches_per_chunk: number;
+  submits_per_token: number;
+  readbacks_per_token: number;
+  weight_bytes_per_token: number;
+  kv_bytes_per_token: number;
+  effective_gb_s: number;
+  gpu_memory_bytes: number;
+  /** Median GPU time of one decode step (timestamp queries), where the adapter offers them. */
+  gpu_ms_per_step: number | null;
+  adapter: Record<string, unknown>;
+  model: Record<string, unknown>;
+  decode_profile: Array<[string, number, number]> | null;
+  prefill_profile: Array<[string, number, number]> | null;
 }
 
 export interface DiagnoseReport {

@@ -125,6 +125,17 @@ class Engine extends EventTarget {
    */
   diagnose(options = {}) { return this._b.diagnose(options?.reference ?? null); }
 
+  /**
+   * The engine's own speed on this device, as `ferrolm bench` measures it natively: random
+   * prompt ids, then decoding with the token chosen on the GPU, medians over repetitions.
+   * Options {promptLen = 512, gen = 128, depth, reps = 3, temperature, topK, topP, minP,
+   * repetitionPenalty, seed = 1}; resolves to the report ({prefill_tok_s, decode_tok_s,
+   * gpu_ms_per_step, dispatches_per_token, ...}). The model's context must hold promptLen +
+   * gen + 1 tokens. Afterwards the KV cache holds random tokens, so the next generation
+   * prefills its whole prompt.
+   */
+  benchmark(options = {}) { return this._b.benchmark(options); }
+
   /** Token ids of `text` (no BOS added). */
   tokenize(text) { return this._b.tokenize(text); }
 
@@ -267,6 +278,7 @@ class WorkerBackend {
   chat(req, chatId, emit, signal) { return this.streamed({ op: 'chat', req, chatId }, emit, signal); }
   embed(req, emit, signal) { return this.streamed({ op: 'embed', req }, emit, signal); }
   diagnose(reference) { return this.req({ op: 'diagnose', reference }); }
+  benchmark(options) { return this.req({ op: 'benchmark', options }); }
   async unload() {
     if (this.dead) return;
     const gone = typedError('EngineUnloadedError', 'the engine was unloaded');
@@ -292,6 +304,7 @@ class LocalBackend {
   chat(req, id, emit, signal) { return this.e.chat(req, id, emit, signal); }
   embed(req, emit, signal) { return this.e.embed(req, emit, signal); }
   diagnose(reference) { return this.e.diagnose(reference); }
+  benchmark(options) { return this.e.benchmark(options); }
   unload() { return this.e.unload(); }
   crashForTesting() { return this.e.crashForTesting(); }
   loseDeviceForTesting() { return this.e.loseDeviceForTesting(); }

@@ -29,6 +29,7 @@ const ops = {
   tokenize: (m) => engine.tokenize(m.text),
   crashForTesting: () => engine.crashForTesting(),
   diagnose: (m) => engine.diagnose(m.reference),
+  benchmark: (m) => engine.benchmark(m.options),
   loseDeviceForTesting: () => engine.loseDeviceForTesting(),
   decode: (m) => engine.decode(m.ids),
   async generate(m) {

@@ -1,6 +1,8 @@
-//! `ferrolm bench`: prefill and decode speed of a loaded model, measured the way the engine
-//! runs (one submit per step, the token chosen on the GPU by argmax or sampling, pipelined token
-//! readback), medians over repetitions.
+//! `ferrolm bench` and `engine.benchmark()`: prefill and decode speed of a loaded model,
+//! measured the way the engine runs (one submit per step, the token chosen on the GPU by argmax
+//! or sampling, pipelined token readback), medians over repetitions. In the browser the same
+//! loop runs inside the wasm module, so beside `generate()`'s own speed it separates the cost of
+//! the JavaScript API (worker messages, the async iterator, text) from the engine's.
 
 use crate::engine::{now_ms, Engine};
 use crate::error::{Error, Result};
@@ -16,6 +18,51 @@ pub struct BenchOptions {
     pub reps: usize,
     /// Decode by sampling on the GPU with these parameters (`None`: greedy).
     pub sampling: Option<SamplingParams>,
+}
+
+impl BenchOptions {
+    /// Options as JavaScript passes them (`engine.benchmark({promptLen, gen, depth, reps,
+    /// temperature, topK, topP, minP, repetitionPenalty, seed})`); unknown fields are refused.
+    pub fn from_json(json: &str) -> Result<BenchOptions> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct Js {
+            prompt_len: Option<usize>,
+            gen: Option<usize>,
+            depth: Option<usize>,
+            reps: Option<usize>,
+            temperature: Option<f32>,
+            top_k: Option<usize>,
+            top_p: Option<f32>,
+            min_p: Option<f32>,
+            repetition_penalty: Option<f32>,
+            seed: Option<u64>,
+        }
+        let j: Js = serde_json::from_str(json).map_err(|e| Error::InvalidOption(format!("benchmark options: {e}")))?;
+        let any = j.temperature.is_some()
+            || j.top_k.is_some()
+            || j.top_p.is_some()
+            || j.min_p.is_some()
+            || j.repetition_penalty.is_some();
+        // Seed 1 unless given, as `ferrolm bench`.
+        let d = SamplingParams { seed: 1, ..SamplingParams::default() };
+        let sampling = SamplingParams {
+            temperature: j.temperature.unwrap_or(d.temperature),
+            top_k: j.top_k.unwrap_or(d.top_k),
+            top_p: j.top_p.unwrap_or(d.top_p),
+            min_p: j.min_p.unwrap_or(d.min_p),
+            repetition_penalty: j.repetition_penalty.unwrap_or(d.repetition_penalty),
+            seed: j.seed.unwrap_or(d.seed),
+            ..d
+        };
+        Ok(BenchOptions {
+            prompt_len: j.prompt_len.unwrap_or(512),
+            gen: j.gen.unwrap_or(128),
+            depth: j.depth,
+            reps: j.reps.unwrap_or(3),
+            sampling: any.then_some(sampling),
+        })
+    }
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -68,6 +115,11 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         return Err(Error::InvalidOption("bench needs --prompt-len, --gen and --reps of at least 1".into()));
     }
     let depth = o.depth.unwrap_or(o.prompt_len);
+    if let Some(p) = &o.sampling {
+        crate::sampler::Sampler::new(p.clone())?;
+    }
+    // The runs below fill the cache with random tokens.
+    engine.invalidate();
     let rt = &mut engine.rt;
     if context_needed(o) > rt.context {
         return Err(Error::ContextOverflow { tokens: depth, max_new: o.gen, context: rt.context });

@@ -385,6 +385,13 @@ impl Engine {
         Constraint::new(spec, self.vocab_env.as_ref().expect("built above"))
     }
 
+    /// Forget what the KV cache holds and end any generation in progress: for work that writes
+    /// the cache outside a generation (`bench::run`).
+    pub(crate) fn invalidate(&mut self) {
+        self.kv_tokens.clear();
+        self.serial += 1;
+    }
+
     /// Produce the next token, or `None` once generation has ended (see `Generation::stop_reason`).
     /// A stop token ends generation; it is recorded in `tokens` but adds no text.
     pub async fn step(&mut self, g: &mut Generation) -> Result<Option<TokenEvent>> {

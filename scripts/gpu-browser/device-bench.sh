@@ -41,5 +41,5 @@ done
 list=$(IFS=,; echo "${models[*]}")
 mkdir -p ~/chrparts && cp .bench/chr/chr.a* ~/chrparts/ 2>/dev/null
 "$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
-  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=greedy,sampled" "$out" 420
+  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-greedy,sampled,raw,rawsampled}" "$out" 420
 python3 "$here/summarize.py" "$out" | tee "$out/summary.txt"

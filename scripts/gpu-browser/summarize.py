@@ -32,6 +32,8 @@ for j in lines("browser.jsonl"):
               "| subgroups", "subgroups" in a.get("features", []), "| shader-f16", "shader-f16" in a.get("features", []))
     elif "runs" in j:
         browser[(j["model"], j["mode"])] = j
+    elif "report" in j:
+        browser[(j["model"], j["mode"])] = j
 
 print(f"{'model':28s} {'mode':8s} {'native pp':>10s} {'native tg':>10s} {'browser pp':>11s} {'browser tg':>11s} {'tg range':>13s} {'b/n pp':>7s} {'b/n tg':>7s} {'samp/greedy n|b':>16s} {'disp n|b':>9s} {'dl':>6s}")
 for (model, mode, binary), n in sorted(native.items()):
@@ -58,3 +60,19 @@ for (model, mode, binary), n in sorted(native.items()):
     elif mode == "sampled" and g:
         row += f" {'':11s} {'':11s} {'':13s} {'':7s} {'':7s} {n['decode_tok_s'] / g['decode_tok_s']:16.2f}"
     print(row)
+
+# The engine's own loop in the browser (bench.html modes raw / rawsampled, engine.benchmark):
+# decode through the JavaScript API vs inside the module vs the GPU's time per step.
+raw = [(k, v) for k, v in sorted(browser.items()) if k[1] in ("raw", "rawsampled")]
+if raw:
+    print()
+    print(f"{'model':28s} {'mode':10s} {'api tg':>8s} {'engine tg':>10s} {'engine pp':>10s} {'gpu ms/step':>12s} {'native gpu ms':>14s} {'native tg':>10s} {'engine/native':>14s}")
+for (model, mode), b in raw:
+    r = b["report"]
+    api_mode = "greedy" if mode == "raw" else "sampled"
+    api = browser.get((model, api_mode))
+    api_tg = st.median(x["stats"]["decode_tok_s"] for x in (api["runs"][1:] or api["runs"])) if api else float("nan")
+    n = native.get((model, api_mode, "new"), {})
+    ng = n.get("gpu_ms_per_step")
+    gm = r.get("gpu_ms_per_step")
+    print(f"{model:28s} {mode:10s} {api_tg:8.1f} {r['decode_tok_s']:10.1f} {r['prefill_tok_s']:10.0f} {gm if gm is not None else float('nan'):12.3f} {ng if ng is not None else float('nan'):14.3f} {n.get('decode_tok_s', float('nan')):10.1f} {r['decode_tok_s'] / n['decode_tok_s'] if n else float('nan'):14.2f}")

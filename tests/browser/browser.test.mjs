@@ -458,6 +458,38 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
   assert.deepEqual(r.value, native);
 });
 
+test('engine.benchmark runs `ferrolm bench` in the module (worker and page); the next generation is unaffected; bad options are refused', async () => {
+  const r = await inPage(page, async () => {
+    const out = {};
+    for (const worker of [true, false]) {
+      const e = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
+      const gen = async () => { const t = []; for await (const c of e.generate({ tokens: [5, 6, 7] }, { maxTokens: 4, stopIds: [] })) t.push(c.token); return t; };
+      const before = await gen();
+      const greedy = await e.benchmark({ promptLen: 12, gen: 3, reps: 1 });
+      const sampled = await e.benchmark({ promptLen: 8, gen: 3, reps: 2, temperature: 0.7, topP: 0.9 });
+      const after = await gen();
+      const err = await e.benchmark({ promtLen: 8 }).then(() => 'accepted', (x) => `${x.name}: ${x.message}`);
+      await e.unload();
+      const pick = (b) => ({ p: b.prompt_len, g: b.gen, reps: b.reps, pp: b.prefill_tok_s, tg: b.decode_tok_s, d: b.dispatches_per_token, s: b.sampling });
+      out[worker ? 'worker' : 'page'] = { before, after, greedy: pick(greedy), sampled: pick(sampled), err };
+    }
+    return out;
+  });
+  assert.ok(r.ok, r.message);
+  log('benchmark:', JSON.stringify(r.value));
+  for (const w of Object.values(r.value)) {
+    assert.deepEqual(w.after, w.before);
+    for (const [b, p, g, reps] of [[w.greedy, 12, 3, 1], [w.sampled, 8, 3, 2]]) {
+      assert.deepEqual([b.p, b.g, b.reps], [p, g, reps]);
+      assert.ok(b.pp > 0 && b.tg > 0 && b.d > 0, JSON.stringify(b));
+    }
+    assert.equal(w.greedy.s, null);
+    assert.equal(w.sampled.s.temperature, 0.7);
+    assert.equal(w.sampled.s.seed, 1);
+    assert.match(w.err, /^InvalidOptionError: .*promtLen/);
+  }
+});
+
 test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs native, stop strings, break after the role chunk', async () => {
   const bin = path.join(root, 'target/release/ferrolm');
   const sq = CASE.short_question;

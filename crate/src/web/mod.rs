@@ -492,6 +492,19 @@ impl WasmEngine {
         })
     }
 
+    /// `ferrolm bench` on the loaded model (`bench::BenchOptions::from_json`); resolves to the
+    /// report JSON. The KV cache is left holding random tokens (prefix reuse starts over).
+    pub fn benchmark(&self, options_json: String) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let o = crate::bench::BenchOptions::from_json(&options_json).map_err(js_err)?;
+            let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
+            s.gen = None;
+            let r = crate::bench::run(&mut s.engine, &o).await.map_err(js_err)?;
+            Ok(JsValue::from_str(&serde_json::to_string(&r).unwrap_or_default()))
+        })
+    }
+
     /// Embeddings for an OpenAI `embeddings.create` request (JSON); resolves to the response JSON.
     pub fn embed(&self, request_json: String) -> js_sys::Promise {
         let inner = self.inner.clone();
