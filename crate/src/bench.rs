@@ -129,7 +129,8 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
     let prompt: Vec<u32> = (0..o.prompt_len).map(|_| (rng.next_u64() % vocab) as u32).collect();
     let fill: Vec<u32> = (0..depth).map(|_| (rng.next_u64() % vocab) as u32).collect();
 
-    // Decoding `gen` tokens from `start` with the GPU choosing each one.
+    // Decoding `gen` tokens from `start` with the GPU choosing each one, PIPELINE_DEPTH steps in
+    // flight as a generation keeps them.
     async fn decode(
         rt: &mut crate::runtime::Runtime,
         start: usize,
@@ -150,7 +151,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
                 slot,
                 rt.submit_token(feed.take(), slot, Pick { sampled: sampling.is_some(), masked: false, hidden: false })?,
             ));
-            if inflight.len() > 2 {
+            if inflight.len() >= crate::engine::PIPELINE_DEPTH {
                 let (s, sub) = inflight.pop_front().unwrap();
                 rt.read_token(s, sub).await?;
             }
