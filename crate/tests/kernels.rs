@@ -659,6 +659,41 @@ fn cpu_attention(
         .collect()
 }
 
+/// Random inputs of a prefill attention case: [q; k; v] rows (padded, to prove the kernels
+/// honour QSTRIDE) and an f16-exact cache [k | v][kv head][slot][hd]; returns the row stride too.
+fn attention_inputs(r: &mut R, hd: usize, nh: usize, nkv: usize, ctx: usize, t: usize) -> (usize, Vec<f32>, Vec<f32>) {
+    let stride = (nh + 2 * nkv) * hd + 8;
+    let qkv = r.vec(t * stride);
+    let cache =
+        (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
+    (stride, qkv, cache)
+}
+
+/// attention.wgsl / attention_coop.wgsl constants for a cache of `ctx` slots.
+#[allow(clippy::too_many_arguments)]
+fn attention_consts(
+    hd: usize,
+    nh: usize,
+    nkv: usize,
+    ctx: usize,
+    scale: f64,
+    softcap: f32,
+    window: u32,
+    stride: usize,
+) -> Vec<(&'static str, f64)> {
+    vec![
+        ("HD", hd as f64),
+        ("NH", nh as f64),
+        ("NKV", nkv as f64),
+        ("CTX", ctx as f64),
+        ("CAP", ctx as f64),
+        ("SCALE", scale),
+        ("SOFTCAP", softcap as f64),
+        ("WINDOW", window as f64),
+        ("QSTRIDE", stride as f64),
+    ]
+}
+
 #[test]
 fn attention_causal_gqa() {
     let g = gpu();
@@ -668,10 +703,7 @@ fn attention_causal_gqa() {
         (128, 2, 1, 80, 70, 0, 0, 0.0),
         (256, 2, 2, 40, 2, 30, 8, 5.0),
     ] {
-        let stride = (nh + 2 * nkv) * hd + 8; // padding proves the kernel honours QSTRIDE
-        let qkv = r.vec(t * stride);
-        let cache: Vec<f32> =
-            (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
+        let (stride, qkv, cache) = attention_inputs(&mut r, hd, nh, nkv, ctx, t);
         let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
         let scale = 1.0 / (hd as f64).sqrt();
         let mut want = vec![0f32; t * nh * hd];
@@ -685,17 +717,7 @@ fn attention_causal_gqa() {
             }
         }
         let (qb, kvb, ob) = (buf_f32(&g, &qkv), buf_u32(&g, &pack_f16(&cache)), poisoned(&g, want.len()));
-        let consts = [
-            ("HD", hd as f64),
-            ("NH", nh as f64),
-            ("NKV", nkv as f64),
-            ("CTX", ctx as f64),
-            ("CAP", ctx as f64),
-            ("SCALE", scale),
-            ("SOFTCAP", softcap as f64),
-            ("WINDOW", window as f64),
-            ("QSTRIDE", stride as f64),
-        ];
+        let consts = attention_consts(hd, nh, nkv, ctx, scale, softcap, window, stride);
         g.dispatch_once(
             Kernel::Attention,
             &consts,
@@ -731,10 +753,7 @@ fn attention_coop_matches_reference() {
         (128, 2, 2, 128, 5, 60, true, 30.0),
         (64, 3, 1, 128, 40, 0, false, 0.0),
     ] {
-        let stride = (nh + 2 * nkv) * hd + 8;
-        let qkv = r.vec(t * stride);
-        let cache: Vec<f32> =
-            (0..2 * nkv * ctx * hd).map(|i| f16_round(r.f() * if i < nkv * ctx * hd { 2.0 } else { 1.0 })).collect();
+        let (stride, qkv, cache) = attention_inputs(&mut r, hd, nh, nkv, ctx, t);
         let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
         let scale = 1.0 / (hd as f64).sqrt();
         let mut want = vec![0f32; t * nh * hd];
@@ -748,18 +767,8 @@ fn attention_coop_matches_reference() {
             }
         }
         let (qb, kvb, ob) = (buf_f32(&g, &qkv), buf_u32(&g, &pack_f16(&cache)), poisoned(&g, want.len()));
-        let consts = [
-            ("HD", hd as f64),
-            ("NH", nh as f64),
-            ("NKV", nkv as f64),
-            ("CTX", ctx as f64),
-            ("CAP", ctx as f64),
-            ("SCALE", scale),
-            ("SOFTCAP", softcap as f64),
-            ("WINDOW", 0.0),
-            ("QSTRIDE", stride as f64),
-            ("CAUSAL", causal as u32 as f64),
-        ];
+        let mut consts = attention_consts(hd, nh, nkv, ctx, scale, softcap, 0, stride);
+        consts.push(("CAUSAL", causal as u32 as f64));
         g.dispatch_once(
             Kernel::AttentionCoop,
             &consts,
