@@ -430,8 +430,9 @@ test('a real Q4_K_M mix (Q4_K, Q6_K, Q5_0 and Q8_0 fallbacks; a 160 MiB embeddin
 });
 
 test('sampling runs on the GPU: the same seed gives the tokens of the native CLI; a repetition penalty matches too', async () => {
-  // The native run takes the kernels browsers run (f32 activations, no subgroups, the split
-  // attention merged in its own dispatch), so both sample from the same logits.
+  // The native run takes the kernels the browser engine runs (integer activations only where it
+  // has them, no subgroups, the split attention merged in its own dispatch), so both sample
+  // from the same logits.
   const bin = path.join(root, 'target/release/ferrolm');
   assert.ok(fs.existsSync(bin), `${bin} missing (cargo build --release)`);
   const ids = CASE.short_question.prompt_ids;
@@ -439,7 +440,10 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
     { cli: ['--temperature', '0.8', '--top-p', '0.9', '--top-k', '50', '--seed', '5'], js: { temperature: 0.8, topP: 0.9, topK: 50, seed: 5 } },
     { cli: ['--repetition-penalty', '1.3'], js: { repetitionPenalty: 1.3 } },
   ];
-  const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_IDOT: '1', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
+  const idot = await inPage(page, async () => window.workerEngine.info.adapter.integer_dot);
+  assert.ok(idot.ok, idot.message);
+  const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
+  if (!idot.value) env.FERROLM_NO_IDOT = '1';
   const native = opts.map((o) => {
     const out = execFileSync(bin, ['generate', '--model', MODEL, '--prompt-ids', ids.join(','), '--max-tokens', String(NTOK), '--json', ...o.cli], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
     return JSON.parse(out.trim().split('\n').at(-1)).tokens;

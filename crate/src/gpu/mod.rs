@@ -121,11 +121,10 @@ impl Gpu {
             features.contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
         let sg32 = sg32 && std::env::var("FERROLM_NO_SUBGROUPS").is_err();
         // Integer activations for quantized decode matvecs need WGSL's 4x8-bit dot products.
-        // Measured faster natively (H100, BENCHMARKS.md); browsers map them to whatever their
-        // platform has (a slow polyfill on some), so the web keeps the f32 path until measured
-        // there. FERROLM_NO_IDOT=1 forces the f32 path.
-        let idot = cfg!(not(target_arch = "wasm32"))
-            && instance.wgsl_language_features().contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
+        // Measured faster natively and in Chromium on the H100 (GPU time of a 1B decode step
+        // 1.05 -> 0.94 ms, SmolLM2 1.00 -> 0.95; BENCHMARKS.md session 9), so they run wherever
+        // the WGSL language feature is offered. FERROLM_NO_IDOT=1 forces the f32 path natively.
+        let idot = instance.wgsl_language_features().contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct)
             && std::env::var("FERROLM_NO_IDOT").is_err();
         // Decode attention's splits merge themselves (attn_decode.wgsl FUSED) where one split's
         // partial is sure to be visible to the split that merges: on Vulkan, where naga emits
