@@ -214,6 +214,39 @@ async function mlcTexts(folder, chatConfig) {
   return texts;
 }
 
+// wgpu's WebGPU backend neither reports nor requests the `subgroups` feature. While `fn` loads an
+// engine, adapters from navigator.gpu whose subgroups are exactly 32 wide (what the decode
+// kernels' reductions assume, crate/src/gpu/mod.rs) ask for it with every device request, and
+// `__ferrolmSubgroups32` tells the module so. Loads nest: the original is restored after the last.
+let sgLoads = 0;
+let sgOriginal = null;
+async function withSubgroups(fn) {
+  const gpu = globalThis.navigator?.gpu;
+  if (!gpu || typeof GPUAdapter === 'undefined') return fn();
+  if (sgLoads++ === 0) {
+    sgOriginal = gpu.requestAdapter;
+    globalThis.__ferrolmSubgroups32 = false;
+    gpu.requestAdapter = async function (opts) {
+      const a = await sgOriginal.call(this, opts);
+      const info = a?.info;
+      if (a && a.features.has('subgroups') && info?.subgroupMinSize === 32 && info?.subgroupMaxSize === 32) {
+        const request = a.requestDevice;
+        a.requestDevice = function (desc = {}) {
+          return request.call(this, { ...desc, requiredFeatures: [...(desc.requiredFeatures ?? []), 'subgroups'] });
+        };
+        // The module decides on its kernels before it asks for the device.
+        globalThis.__ferrolmSubgroups32 = true;
+      }
+      return a;
+    };
+  }
+  try {
+    return await fn();
+  } finally {
+    if (--sgLoads === 0) gpu.requestAdapter = sgOriginal;
+  }
+}
+
 /** The text files of a Hugging Face folder for the engine, and the progress total's first guess. */
 async function hfTexts(folder, config) {
   const texts = { config, name: folder.name };
@@ -266,7 +299,7 @@ export class LocalEngine {
       if (o.sha256 != null && typeof o.sha256 !== 'string') throw namedError('InvalidOptionError', 'createEngine: sha256 of a GGUF file must be a hex string');
       source = await ModelSource.open(what.model, srcOpts);
       try {
-        wasm = await mod.loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress);
+        wasm = await withSubgroups(() => mod.loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress));
         await source.finish();
       } catch (e) {
         wasm?.free();
@@ -285,7 +318,7 @@ export class LocalEngine {
         }
         const texts = what.kind === 'mlc' ? await mlcTexts(folder, what.chatConfig) : await hfTexts(folder, what.config);
         await folder.saveManifest(false);
-        wasm = await mod.loadHfEngine(texts, (name) => folder.weights(name), opts, progress);
+        wasm = await withSubgroups(() => mod.loadHfEngine(texts, (name) => folder.weights(name), opts, progress));
         await folder.finish();
       } catch (e) {
         wasm?.free();

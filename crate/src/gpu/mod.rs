@@ -64,6 +64,13 @@ fn report_lost(id: u32, message: &str) {
 #[cfg(not(target_arch = "wasm32"))]
 fn report_lost(_id: u32, _message: &str) {}
 
+/// Whether the package will add `subgroups` to the device request, for 32-wide subgroups
+/// (core.js sets `__ferrolmSubgroups32` when the adapter qualifies).
+#[cfg(target_arch = "wasm32")]
+fn web_subgroups32() -> bool {
+    js_sys::Reflect::get(&js_sys::global(), &"__ferrolmSubgroups32".into()).map(|v| v.is_truthy()).unwrap_or(false)
+}
+
 /// The least we need; checked up front so a weak adapter fails with a clear message.
 const MIN_WORKGROUP_STORAGE: u32 = 16 * 1024;
 const MIN_INVOCATIONS: u32 = 256;
@@ -117,8 +124,14 @@ impl Gpu {
             )));
         }
         // Subgroup reductions assume a subgroup is exactly one 32-thread row of a kernel.
+        #[cfg(not(target_arch = "wasm32"))]
         let sg32 =
             features.contains(wgpu::Features::SUBGROUP) && info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
+        // wgpu's WebGPU backend neither reports nor requests `subgroups`: the package asks for
+        // it itself where the adapter's subgroups are exactly 32 wide (core.js `withSubgroups`),
+        // and says so in a global.
+        #[cfg(target_arch = "wasm32")]
+        let sg32 = web_subgroups32();
         let sg32 = sg32 && std::env::var("FERROLM_NO_SUBGROUPS").is_err();
         // Integer activations for quantized decode matvecs need WGSL's 4x8-bit dot products.
         // Measured faster natively and in Chromium on the H100 (GPU time of a 1B decode step
@@ -157,7 +170,7 @@ impl Gpu {
             & (wgpu::Features::TIMESTAMP_QUERY
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
-        if sg32 {
+        if sg32 && cfg!(not(target_arch = "wasm32")) {
             wanted |= wgpu::Features::SUBGROUP;
         }
         if fused_attention {

@@ -265,6 +265,10 @@ impl Pipelines {
             code.push_str(F16_ENABLE);
         }
         if src.reduce {
+            // Browsers want the directive; naga natively rejects it (reduce_sg.wgsl).
+            if self.subgroups && cfg!(target_arch = "wasm32") {
+                code.push_str("enable subgroups;\n");
+            }
             code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
         }
         if src.weights || src.reduce {
