@@ -445,14 +445,15 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
   const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
   if (!idot.value) env.FERROLM_NO_IDOT = '1';
   const native = opts.map((o) => {
-    const out = execFileSync(bin, ['generate', '--model', MODEL, '--prompt-ids', ids.join(','), '--max-tokens', String(NTOK), '--json', ...o.cli], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    const out = execFileSync(bin, ['generate', '--model', MODEL, '--prompt-ids', ids.join(','), '--max-tokens', String(NTOK), '--ignore-eos', '--json', ...o.cli], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
     return JSON.parse(out.trim().split('\n').at(-1)).tokens;
   });
   const r = await inPage(page, async ({ ids, opts, ntok }) => {
     const out = [];
     for (const o of opts) {
       const t = [];
-      for await (const c of window.workerEngine.generate({ tokens: ids }, { maxTokens: ntok, ...o.js })) t.push(c.token);
+      // Past EOS too: for this prompt the first sampled token is EOS, and the GPU samples the rest.
+      for await (const c of window.workerEngine.generate({ tokens: ids }, { maxTokens: ntok, stopIds: [], ...o.js })) t.push(c.token);
       out.push(t);
     }
     return out;
@@ -460,6 +461,7 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
   assert.ok(r.ok, r.message);
   log('sampled: browser', JSON.stringify(r.value), 'native', JSON.stringify(native));
   assert.deepEqual(r.value, native);
+  assert.ok(native.every((t) => t.length === NTOK), 'every run samples NTOK tokens');
 });
 
 test('engine.benchmark runs `ferrolm bench` in the module (worker and page); the next generation is unaffected; bad options are refused', async () => {

@@ -218,6 +218,10 @@ struct GenerateArgs {
     /// Stop when the text contains this string (not included in the output); repeatable.
     #[arg(long)]
     stop: Vec<String>,
+    /// Keep generating past the model's end-of-text tokens (until --max-tokens or a --stop
+    /// string), as `stopIds: []` does in the package.
+    #[arg(long)]
+    ignore_eos: bool,
     /// Report each generated token's log-probability with K alternatives (0..=20; --json).
     #[arg(long)]
     logprobs: Option<usize>,
@@ -386,6 +390,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         max_tokens: a.max_tokens,
         sampling,
         stop: a.stop.clone(),
+        stop_ids: a.ignore_eos.then(Vec::new),
         top_logits: a.top_logits,
         logprobs: a.logprobs,
         constraint,
