@@ -35,7 +35,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var a11 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K + 16u], K);
     var t = load_runs(n0, 0u, lid, 128u);
     for (var k0 = 0u; k0 < K; k0 += BK) {
-        put_runs(t, lid, 128u, 0u);
+        put_runs(t, lid, 128u);
         workgroupBarrier();
         if (k0 + BK < K) {
             t = load_runs(n0, k0 + BK, lid, 128u);

@@ -20,9 +20,8 @@ fn load_runs(n0: u32, k0: u32, lid: u32, wg: u32) -> Runs {
     return t;
 }
 
-// Run j of a K step at column k of the tile.
-fn put_w(j: u32, w: W8, k: u32) {
-    let o = (j / 4u) * BKP + k + (j % 4u) * 8u;
+fn put_w(j: u32, w: W8) {
+    let o = (j / 4u) * BKP + (j % 4u) * 8u;
     w_h[o] = f16(w.lo.x);
     w_h[o + 1u] = f16(w.lo.y);
     w_h[o + 2u] = f16(w.lo.z);
@@ -33,7 +32,7 @@ fn put_w(j: u32, w: W8, k: u32) {
     w_h[o + 7u] = f16(w.hi.w);
 }
 
-fn put_runs(t: Runs, lid: u32, wg: u32, k: u32) {
-    put_w(lid, t.w0, k);
-    put_w(lid + wg, t.w1, k);
+fn put_runs(t: Runs, lid: u32, wg: u32) {
+    put_w(lid, t.w0);
+    put_w(lid + wg, t.w1);
 }
