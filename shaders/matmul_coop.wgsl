@@ -27,12 +27,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
     var c11 = coop_mat16x16<f32, C>();
-    // A's fragments of the next K step load while this one multiplies (matmul_coop_wide.wgsl).
+    // A's fragments load one K step ahead (matmul_f16.wgsl).
     let arow = (m0 + qm) * K;
-    var a00 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow], K);
-    var a01 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u], K);
-    var a10 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K], K);
-    var a11 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K + 16u], K);
+    var a = load_a(arow, 0u);
     var t = load_runs(n0, 0u, lid, 128u);
     for (var k0 = 0u; k0 < K; k0 += BK) {
         put_runs(t, lid, 128u);
@@ -40,28 +37,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (k0 + BK < K) {
             t = load_runs(n0, k0 + BK, lid, 128u);
         }
-        let x00 = a00;
-        let x01 = a01;
-        let x10 = a10;
-        let x11 = a11;
-        let kn = min(k0 + BK, K - BK);
-        a00 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + kn], K);
-        a01 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + kn + 16u], K);
-        a10 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K + kn], K);
-        a11 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K + kn + 16u], K);
+        // The last step loads its own fragments again: matrix loads stay out of branches.
+        let x = a;
+        a = load_a(arow, min(k0 + BK, K - BK));
         // A row-major (k contiguous in a row); W^T column-major (k contiguous in a column).
         let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BKP], BKP);
         let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BKP], BKP);
-        c00 = coopMultiplyAdd(x00, b0, c00);
-        c01 = coopMultiplyAdd(x00, b1, c01);
-        c10 = coopMultiplyAdd(x10, b0, c10);
-        c11 = coopMultiplyAdd(x10, b1, c11);
+        c00 = coopMultiplyAdd(x.x00, b0, c00);
+        c01 = coopMultiplyAdd(x.x00, b1, c01);
+        c10 = coopMultiplyAdd(x.x10, b0, c10);
+        c11 = coopMultiplyAdd(x.x10, b1, c11);
         let d0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BKP + 16u], BKP);
         let d1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BKP + 16u], BKP);
-        c00 = coopMultiplyAdd(x01, d0, c00);
-        c01 = coopMultiplyAdd(x01, d1, c01);
-        c10 = coopMultiplyAdd(x11, d0, c10);
-        c11 = coopMultiplyAdd(x11, d1, c11);
+        c00 = coopMultiplyAdd(x.x01, d0, c00);
+        c01 = coopMultiplyAdd(x.x01, d1, c01);
+        c10 = coopMultiplyAdd(x.x11, d0, c10);
+        c11 = coopMultiplyAdd(x.x11, d1, c11);
         workgroupBarrier();
     }
     coopStoreT(c00, &c_sh[qm * BN + qn], BN);

@@ -32,14 +32,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var c11 = coop_mat16x16<f32, C>();
     var c12 = coop_mat16x16<f32, C>();
     var c13 = coop_mat16x16<f32, C>();
-    // A's fragments (rows qm and qm + 16, k's 0..15 and 16..31 of a step) for the next K step
-    // load while this one multiplies: loaded just before their products, their latency set the
-    // pace (H100, Llama-3.2-1B gate+up: 8.5 ms for 512 tokens, 6.0 with A from workgroup memory).
+    // A's fragments load one K step ahead (matmul_f16.wgsl).
     let arow = (m0 + qm) * K;
-    var a00 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow], K);
-    var a01 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u], K);
-    var a10 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K], K);
-    var a11 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K + 16u], K);
+    var a = load_a(arow, 0u);
     var t = load_runs(n0, 0u, lid, 256u);
     for (var k0 = 0u; k0 < K; k0 += BK) {
         put_runs(t, lid, 256u);
@@ -47,40 +42,33 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (k0 + BK < K) {
             t = load_runs(n0, k0 + BK, lid, 256u);
         }
-        let x00 = a00;
-        let x01 = a01;
-        let x10 = a10;
-        let x11 = a11;
         // The last step loads its own fragments again: matrix loads stay out of branches.
-        let kn = min(k0 + BK, K - BK);
-        a00 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + kn], K);
-        a01 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + kn + 16u], K);
-        a10 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K + kn], K);
-        a11 = coopLoadT<coop_mat16x16<f16, A>>(&a16[arow + 16u * K + kn + 16u], K);
+        let x = a;
+        a = load_a(arow, min(k0 + BK, K - BK));
         let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BKP], BKP);
         let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BKP], BKP);
         let b2 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 32u) * BKP], BKP);
         let b3 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 48u) * BKP], BKP);
-        c00 = coopMultiplyAdd(x00, b0, c00);
-        c01 = coopMultiplyAdd(x00, b1, c01);
-        c02 = coopMultiplyAdd(x00, b2, c02);
-        c03 = coopMultiplyAdd(x00, b3, c03);
-        c10 = coopMultiplyAdd(x10, b0, c10);
-        c11 = coopMultiplyAdd(x10, b1, c11);
-        c12 = coopMultiplyAdd(x10, b2, c12);
-        c13 = coopMultiplyAdd(x10, b3, c13);
+        c00 = coopMultiplyAdd(x.x00, b0, c00);
+        c01 = coopMultiplyAdd(x.x00, b1, c01);
+        c02 = coopMultiplyAdd(x.x00, b2, c02);
+        c03 = coopMultiplyAdd(x.x00, b3, c03);
+        c10 = coopMultiplyAdd(x.x10, b0, c10);
+        c11 = coopMultiplyAdd(x.x10, b1, c11);
+        c12 = coopMultiplyAdd(x.x10, b2, c12);
+        c13 = coopMultiplyAdd(x.x10, b3, c13);
         let d0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BKP + 16u], BKP);
         let d1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BKP + 16u], BKP);
         let d2 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 32u) * BKP + 16u], BKP);
         let d3 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 48u) * BKP + 16u], BKP);
-        c00 = coopMultiplyAdd(x01, d0, c00);
-        c01 = coopMultiplyAdd(x01, d1, c01);
-        c02 = coopMultiplyAdd(x01, d2, c02);
-        c03 = coopMultiplyAdd(x01, d3, c03);
-        c10 = coopMultiplyAdd(x11, d0, c10);
-        c11 = coopMultiplyAdd(x11, d1, c11);
-        c12 = coopMultiplyAdd(x11, d2, c12);
-        c13 = coopMultiplyAdd(x11, d3, c13);
+        c00 = coopMultiplyAdd(x.x01, d0, c00);
+        c01 = coopMultiplyAdd(x.x01, d1, c01);
+        c02 = coopMultiplyAdd(x.x01, d2, c02);
+        c03 = coopMultiplyAdd(x.x01, d3, c03);
+        c10 = coopMultiplyAdd(x.x11, d0, c10);
+        c11 = coopMultiplyAdd(x.x11, d1, c11);
+        c12 = coopMultiplyAdd(x.x11, d2, c12);
+        c13 = coopMultiplyAdd(x.x11, d3, c13);
         workgroupBarrier();
     }
     // Quarter h holds tokens 32h .. 32h + 31, owned by subgroups 2h and 2h + 1.

@@ -57,10 +57,9 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
     var b = v[2u * t + 1u];
     let is_v = row >= QD + KVD;
     if (!is_v && dim < ROT) {
-        let ra = a * cs.x - b * cs.y;
-        let rb = b * cs.x + a * cs.y;
-        a = ra;
-        b = rb;
+        let p = rotate(a, b, cs);
+        a = p.x;
+        b = p.y;
     }
     if (row < QD) {
         q[row] = a;

@@ -1,10 +1,10 @@
-// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * (w + W_OFFSET), one workgroup per row;
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * (w + NW_OFFSET), one workgroup per row;
 // w is read from the layer's `vecs` buffer at NW_OFF.
 // LAST_ONLY normalizes just the last token's row (the LM head needs nothing else).
 
 override H: u32;
 override EPS: f32;
-override W_OFFSET: f32 = 0.0;
+override NW_OFFSET: f32 = 0.0;
 override LAST_ONLY: bool = false;
 override NW_OFF: u32 = 0u;
 override ADD: bool = false;   // y += result (Gemma's post-norms feed the residual stream)
@@ -40,7 +40,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     let inv = 1.0 / sqrt(partial[0] / f32(H) + EPS);
     for (var i = lid; i < H; i += 256u) {
-        let v = x[row * H + i] * inv * (vecs[NW_OFF + i] + W_OFFSET);
+        let v = x[row * H + i] * inv * (vecs[NW_OFF + i] + NW_OFFSET);
         if (ADD) {
             y[out_row * H + i] += v;
         } else {

@@ -66,11 +66,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) w
         return;
     }
     if (!is_v && 2u * w < ROT) {
-        let cs = rope[pos * (ROT / 2u) + w];
-        let ra = a * cs.x - b * cs.y;
-        let rb = b * cs.x + a * cs.y;
-        a = ra;
-        b = rb;
+        let p = rotate(a, b, rope[pos * (ROT / 2u) + w]);
+        a = p.x;
+        b = p.y;
     }
     if (head < NH) {
         qkv[i] = a;

@@ -16,6 +16,7 @@ pub mod gbnf;
 pub mod generation;
 pub mod gpu;
 pub mod model;
+pub mod ops;
 pub mod runtime;
 pub mod sampler;
 #[cfg(feature = "tools")]

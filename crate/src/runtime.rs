@@ -323,9 +323,9 @@ impl Runtime {
     /// context so far for its repetition penalty (the sampler adds each token it draws).
     pub fn set_sampling(&mut self, p: &SamplingParams, history: &[u32]) -> Result<()> {
         p.validate()?;
-        let layout = crate::model::sampling::SampleLayout::new(self.cfg.vocab);
+        let layout = crate::ops::sample::SampleLayout::new(self.cfg.vocab);
         let q = &self.gpu.queue;
-        q.write_buffer(&self.bufs.sample_params, 0, &crate::model::sampling::params_bytes(p));
+        q.write_buffer(&self.bufs.sample_params, 0, &crate::ops::sample::params_bytes(p));
         q.write_buffer(
             &self.bufs.sample_state,
             layout.pen_offset_bytes(),

@@ -3,8 +3,14 @@
 
 mod common;
 use common::*;
-use ferrolm::gpu::{Gpu, Kernel};
-use ferrolm::model::forward::{MATMUL_TILE_M, MATMUL_TILE_N, WIDE_TILE};
+use ferrolm::gpu::Gpu;
+use ferrolm::model::weights::GpuMatrix;
+use ferrolm::ops::attention::{self, Heads};
+use ferrolm::ops::elementwise::{self, NormRows};
+use ferrolm::ops::matmul::{self, MatMul, Tile};
+use ferrolm::ops::matvec::{self, Act, Epilogue, MatVec, Merge, Norm};
+use ferrolm::ops::{run_once, sample, Caps, Recorder};
+use ferrolm::weights::pack::Layout;
 
 #[derive(Clone, Copy, Debug)]
 enum L {
@@ -19,23 +25,14 @@ enum L {
 }
 
 impl L {
-    fn consts(self) -> [(&'static str, f64); 3] {
-        let (id, b) = match self {
-            L::F32 => (0, 32),
-            L::F16 => (1, 32),
-            L::BF16 => (2, 32),
-            L::Q4 | L::Q4h => (3, 32),
-            L::Q8(b) | L::Q8h(b) => (4, b),
-        };
-        [("LAYOUT", id as f64), ("QBLOCK", b as f64), ("META16", matches!(self, L::Q4h | L::Q8h(_)) as u32 as f64)]
-    }
-
-    /// Override constants of a kernel over an n x k matrix of this layout, then `more`.
-    fn matrix_consts(self, k: usize, n: usize, more: &[(&'static str, f64)]) -> Vec<(&'static str, f64)> {
-        let mut c = self.consts().to_vec();
-        c.extend([("K", k as f64), ("N", n as f64)]);
-        c.extend_from_slice(more);
-        c
+    fn layout(self) -> Layout {
+        match self {
+            L::F32 => Layout::F32,
+            L::F16 => Layout::F16,
+            L::BF16 => Layout::BF16,
+            L::Q4 | L::Q4h => Layout::Q4 { block: 32 },
+            L::Q8(block) | L::Q8h(block) => Layout::Q8 { block },
+        }
     }
 }
 
@@ -104,9 +101,28 @@ fn random_matrix(r: &mut R, l: L, rows: usize, cols: usize) -> (Vec<u32>, Vec<f3
     }
 }
 
-/// A matrix's word and meta buffers (float layouts have no meta: a small placeholder is bound).
-fn matrix_bufs(g: &Gpu, words: &[u32], meta: &[f32]) -> (wgpu::Buffer, wgpu::Buffer) {
-    (buf_u32(g, words), buf_f32(g, if meta.is_empty() { &[0.0; 4] } else { meta }))
+/// A matrix on the GPU from `random_matrix`'s words and meta (float layouts have no meta: a small
+/// placeholder is bound).
+fn gpu_matrix(g: &Gpu, l: L, (words, meta): (&[u32], &[f32]), rows: usize, cols: usize) -> GpuMatrix {
+    GpuMatrix {
+        words: buf_u32(g, words),
+        meta: buf_f32(g, if meta.is_empty() { &[0.0; 4] } else { meta }),
+        layout: l.layout(),
+        meta16: matches!(l, L::Q4h | L::Q8h(_)),
+        rows,
+        cols,
+        bytes: 0,
+    }
+}
+
+/// The adapter's capabilities with integer activations on or off.
+fn caps(g: &Gpu, idot: bool) -> Caps {
+    Caps { idot, ..Caps::of(g) }
+}
+
+/// Run what `f` records as one step of `t` tokens at position `pos` (ring slot `slot`).
+fn run(g: &Gpu, caps: Caps, step: [u32; 3], f: impl FnOnce(&mut Recorder)) {
+    run_once(g, caps, step, f).unwrap();
 }
 
 fn cpu_linear(
@@ -137,10 +153,13 @@ fn cpu_linear(
     y
 }
 
+/// A decode matvec (`tile` None) or a prefill matmul of `m` tokens on the given tile against
+/// the CPU, with bias (at word 3 of vecs) and accumulation into y.
+#[allow(clippy::too_many_arguments)]
 fn check_linear(
     g: &Gpu,
     r: &mut R,
-    kernel: Kernel,
+    tile: Option<Tile>,
     l: L,
     m: usize,
     n: usize,
@@ -153,59 +172,27 @@ fn check_linear(
     let x = r.vec(m * k);
     let bias = r.vec(n);
     let init = r.vec(m * n);
-    let (wb, mb) = matrix_bufs(g, &words, &meta);
+    let w = gpu_matrix(g, l, (&words, &meta), n, k);
     let xb = buf_f32(g, &x);
     let yb = if accumulate { buf_f32(g, &init) } else { poisoned(g, m * n) };
     // Bias sits at offset 3 of the vecs buffer, as it would after a layer's norm weights.
     let vecs: Vec<f32> = [vec![9.0; 3], bias.clone()].concat();
     let vb = buf_f32(g, &vecs);
-    let (consts, grid): (Vec<(&str, f64)>, [u32; 3]) = match kernel {
-        Kernel::MatVec => (
-            l.matrix_consts(
-                k,
-                n,
-                &[
-                    ("EPI", accumulate as u32 as f64),
-                    ("HAS_BIAS", with_bias as u32 as f64),
-                    ("BIAS_OFF", 3.0),
-                    // Integer activations: the whole row in one tile (KT defaults to 2048).
-                    ("IDOT", idot as u32 as f64),
-                    ("XB_LEN", 320.0),
-                ],
-            ),
-            [n.div_ceil(8) as u32, 1, 1],
-        ),
-        _ => (
-            l.matrix_consts(
-                k,
-                n,
-                &[("ACCUMULATE", accumulate as u32 as f64), ("HAS_BIAS", with_bias as u32 as f64), ("BIAS_OFF", 3.0)],
-            ),
-            match kernel {
-                Kernel::MatMulWide => [n.div_ceil(WIDE_TILE as usize) as u32, m.div_ceil(WIDE_TILE as usize) as u32, 1],
-                _ => [n.div_ceil(MATMUL_TILE_N as usize) as u32, m.div_ceil(MATMUL_TILE_M as usize) as u32, 1],
-            },
-        ),
-    };
     // On matrix units A enters in f16 as to_f16.wgsl leaves it, in whole 128-token tiles (the
     // rows past m poisoned: they must not reach the m rows of output).
-    let f16_inputs = matches!(kernel, Kernel::MatMulCoop | Kernel::MatMulWide);
-    let ab = if f16_inputs {
-        let a16 = buf_u32(g, &vec![0x7e00_7e00; m.next_multiple_of(128) * k / 2]);
-        g.dispatch_once(
-            Kernel::ToF16,
-            &[("N", k as f64)],
-            &[(0, &xb), (1, &a16)],
-            [m as u32, 0, 0, 0],
-            [(m * k.div_ceil(4)).div_ceil(256) as u32, 1, 1],
-        )
-        .unwrap();
-        a16
-    } else {
-        xb
-    };
-    g.dispatch_once(kernel, &consts, &[(0, &wb), (1, &mb), (2, &ab), (3, &yb), (4, &vb)], [m as u32, 0, 0, 0], grid)
-        .unwrap();
+    let f16_inputs = matches!(tile, Some(Tile::Coop | Tile::Wide));
+    let a16 = buf_u32(g, &vec![0x7e00_7e00; matmul::a16_elems(k, m) / 2]);
+    let bias_at = with_bias.then_some(3);
+    run(g, caps(g, idot), [m as u32, 0, 0], |rec| match tile {
+        None => {
+            let epilogue = if accumulate { Epilogue::Add } else { Epilogue::Store };
+            matvec::matvec(rec, MatVec { bias: bias_at, epilogue, ..MatVec::new("y", &w, &xb, &yb, &vb) });
+        }
+        Some(_) => {
+            let (label, a, c, vecs) = ("y", &xb, &yb, &vb);
+            matmul::matmul(rec, MatMul { label, w: &w, a, c, vecs, bias: bias_at, accumulate, a16: &a16, tile });
+        }
+    });
     let got = read(g, &yb, m * n);
     // On matrix units A and W enter the products as f16: the reference rounds them the same
     // way and still sums in f32.
@@ -232,7 +219,7 @@ fn check_linear(
         &want,
         1e-4 * scale,
         if f16_inputs { 1e-3 } else { 1e-4 },
-        &format!("{kernel:?} {l:?} m={m} n={n} k={k} bias={with_bias} acc={accumulate} idot={idot} f16={f16_inputs}"),
+        &format!("{tile:?} {l:?} m={m} n={n} k={k} bias={with_bias} acc={accumulate} idot={idot} f16={f16_inputs}"),
     );
 }
 
@@ -327,37 +314,20 @@ fn matvec_norm_and_glu() {
         } else {
             lin
         };
-        let ((wb, mb), xb, vb) = (matrix_bufs(&g, &words, &meta), buf_f32(&g, &x), buf_f32(&g, &vecs));
-        let yb = poisoned(&g, want.len());
-        let consts = l.matrix_consts(
-            k,
-            n,
-            &[
-                ("EPI", if glu { 2.0 } else { 0.0 }),
-                ("NORM", 1.0),
-                ("NW_OFF", 5.0),
-                ("HAS_BIAS", 1.0),
-                ("BIAS_OFF", (5 + k) as f64),
-                ("EPS", eps as f64),
-                // Four activation tiles: the norm's sum of squares spans them.
-                ("KT", 64.0),
-                ("XS_LEN", 18.0),
-                ("XB_LEN", 10.0),
-                ("IDOT", idot as u32 as f64),
-                ("WG", wg as f64),
-                ("S", slices as f64),
-            ],
-        );
-        let per_wg = if glu { 2 } else { 4 } * wg / 32 / slices;
-        let wgs = if glu { f } else { n }.div_ceil(per_wg);
-        g.dispatch_once(
-            Kernel::MatVec,
-            &consts,
-            &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)],
-            [1, 0, 0, 0],
-            [wgs as u32, 1, 1],
-        )
-        .unwrap();
+        let w = gpu_matrix(&g, l, (&words, &meta), n, k);
+        let (xb, vb, yb) = (buf_f32(&g, &x), buf_f32(&g, &vecs), poisoned(&g, want.len()));
+        let mv = MatVec {
+            norm: Some(Norm { at: 5, eps, offset: 0.0 }),
+            epilogue: if glu { Epilogue::Glu } else { Epilogue::Store },
+            bias: Some(5 + k),
+            shape: Some((wg, slices)),
+            // Four activation tiles: the norm's sum of squares spans them.
+            x_tile: Some(64),
+            ..MatVec::new("y", &w, &xb, &yb, &vb)
+        };
+        run(&g, caps(&g, idot), [1, 0, 0], |rec| {
+            matvec::matvec(rec, mv);
+        });
         let what = format!("matvec norm {l:?} glu={glu} idot={idot}");
         // As in check_linear: f32 sums of k terms (the outlier makes some large, and the GLU
         // multiplies the gate's error by the up value) differ by up to ~1e-4 * sqrt(k) from the
@@ -374,12 +344,12 @@ fn matvec_all_layouts() {
     for l in ALL {
         let quantized = !matches!(l, L::F32 | L::F16 | L::BF16);
         for idot in if quantized { vec![false, true] } else { vec![false] } {
-            check_linear(&g, &mut r, Kernel::MatVec, l, 1, 70, 96, false, false, idot);
-            check_linear(&g, &mut r, Kernel::MatVec, l, 1, 33, 576, true, true, idot);
+            check_linear(&g, &mut r, None, l, 1, 70, 96, false, false, idot);
+            check_linear(&g, &mut r, None, l, 1, 33, 576, true, true, idot);
         }
         if !quantized {
             // Float rows only need K % 8 == 0 (HF folders of odd sizes).
-            check_linear(&g, &mut r, Kernel::MatVec, l, 1, 21, 40, true, false, false);
+            check_linear(&g, &mut r, None, l, 1, 21, 40, true, false, false);
         }
     }
 }
@@ -393,22 +363,22 @@ fn matmul_all_layouts() {
     } else {
         // Both tiles: partial tiles in both directions, one token, several K steps (K a
         // multiple of 32: the forward pass takes the f32 kernel otherwise).
-        for kernel in [Kernel::MatMulCoop, Kernel::MatMulWide] {
+        for tile in [Some(Tile::Coop), Some(Tile::Wide)] {
             for l in ALL {
-                check_linear(&g, &mut r, kernel, l, 200, 300, 96, true, true, false);
-                check_linear(&g, &mut r, kernel, l, 1, 130, 64, false, false, false);
+                check_linear(&g, &mut r, tile, l, 200, 300, 96, true, true, false);
+                check_linear(&g, &mut r, tile, l, 1, 130, 64, false, false, false);
             }
-            check_linear(&g, &mut r, kernel, L::Q4, 129, 1024, 256, true, false, false);
+            check_linear(&g, &mut r, tile, L::Q4, 129, 1024, 256, true, false, false);
         }
     }
     for l in ALL {
-        check_linear(&g, &mut r, Kernel::MatMul, l, 70, 130, 96, false, false, false);
-        check_linear(&g, &mut r, Kernel::MatMul, l, 5, 64, 160, true, true, false);
+        check_linear(&g, &mut r, Some(Tile::F32), l, 70, 130, 96, false, false, false);
+        check_linear(&g, &mut r, Some(Tile::F32), l, 5, 64, 160, true, true, false);
     }
-    check_linear(&g, &mut r, Kernel::MatMul, L::Q4, 129, 65, 64, true, false, false);
+    check_linear(&g, &mut r, Some(Tile::F32), L::Q4, 129, 65, 64, true, false, false);
     // Float rows only need K % 8 == 0: a last K step of the tile only partly filled.
     for l in [L::F32, L::F16, L::BF16] {
-        check_linear(&g, &mut r, Kernel::MatMul, l, 33, 70, 40, true, false, false);
+        check_linear(&g, &mut r, Some(Tile::F32), l, 33, 70, 40, true, false, false);
     }
 }
 
@@ -420,17 +390,8 @@ fn embed_lookup() {
         let (vocab, h, t) = (50, 64, 7);
         let (words, meta, dense) = random_matrix(&mut r, l, vocab, h);
         let ids: Vec<u32> = (0..t).map(|_| r.below(vocab as u32)).collect();
-        let ((wb, mb), ib) = (matrix_bufs(&g, &words, &meta), buf_u32(&g, &ids));
-        let xb = poisoned(&g, t * h);
-        let [c0, c1, c2] = l.consts();
-        g.dispatch_once(
-            Kernel::Embed,
-            &[c0, c1, c2, ("H", h as f64), ("SCALE", 2.0)],
-            &[(0, &wb), (1, &mb), (2, &ib), (3, &xb)],
-            [t as u32, 0, 0, 0],
-            [1, t as u32, 1],
-        )
-        .unwrap();
+        let (e, ib, xb) = (gpu_matrix(&g, l, (&words, &meta), vocab, h), buf_u32(&g, &ids), poisoned(&g, t * h));
+        run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::embed(rec, &e, 0, 2.0, &ib, &xb));
         let want: Vec<f32> =
             ids.iter().flat_map(|&i| dense[i as usize * h..(i as usize + 1) * h].iter().map(|v| v * 2.0)).collect();
         assert_close(&read(&g, &xb, t * h), &want, 1e-6, 1e-6, &format!("embed {l:?}"));
@@ -454,21 +415,14 @@ fn rmsnorm_rows_and_last() {
     for (last, off) in [(false, 0.0f32), (true, 0.0), (false, 1.0)] {
         let rows = if last { 1 } else { t };
         let yb = poisoned(&g, rows * h);
-        let consts = [
-            ("H", h as f64),
-            ("EPS", eps as f64),
-            ("W_OFFSET", off as f64),
-            ("LAST_ONLY", last as u32 as f64),
-            ("NW_OFF", 2.0),
-        ];
-        g.dispatch_once(
-            Kernel::RmsNorm,
-            &consts,
-            &[(0, &xb), (1, &wb), (2, &yb)],
-            [t as u32, 0, 0, 0],
-            [rows as u32, 1, 1],
-        )
-        .unwrap();
+        let n = Norm { at: 2, eps, offset: off };
+        let (x, vecs, y) = (&xb, &wb, &yb);
+        run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| {
+            elementwise::rmsnorm(
+                rec,
+                NormRows { label: "norm", x, vecs, y, width: h, norm: n, last_only: last, add: false },
+            )
+        });
         let want: Vec<f32> = if last { norm(t - 1, off) } else { (0..t).flat_map(|i| norm(i, off)).collect() };
         assert_close(&read(&g, &yb, rows * h), &want, 1e-5, 1e-5, &format!("rmsnorm last={last} offset={off}"));
     }
@@ -541,17 +495,12 @@ fn rope_and_kv_write() {
         let qkv: Vec<f32> = rows.concat();
         let (qb, rb) = (buf_f32(&g, &qkv), buf_f32(&g, &table));
         let kvb = buf_u32(&g, &vec![0xffff_ffffu32; 2 * nkv * ctx * hd / 2]);
-        let consts =
-            [("HD", hd as f64), ("ROT", rot as f64), ("NH", nh as f64), ("NKV", nkv as f64), ("CAP", ctx as f64)];
         let vb = buf_f32(&g, &[0.0; 4]);
-        g.dispatch_once(
-            Kernel::RopeKv,
-            &consts,
-            &[(0, &qb), (3, &kvb), (4, &vb), (6, &rb)],
-            [t as u32, pos0 as u32, 0, 0],
-            [(nh + 2 * nkv) as u32, t as u32, 1],
-        )
-        .unwrap();
+        let h = Heads { q_stride: stride, ..heads(hd, nh, nkv, ctx, ctx, 0) };
+        run(&g, Caps::of(&g), [t as u32, pos0 as u32, 0], |rec| {
+            let (kv, vecs, rope) = (&kvb, &vb, &rb);
+            attention::rope_kv(rec, h, attention::RopeKv { qkv: &qb, kv, vecs, rope, rot, qk_norm: None })
+        });
         let got = read(&g, &qb, qkv.len());
         for (tt, row) in rows.iter().enumerate() {
             let want: Vec<f32> = (0..nh).flat_map(|h| rotate(&row[h * hd..(h + 1) * hd], pos0 + tt, &inv)).collect();
@@ -591,32 +540,27 @@ fn qkv_rope_fused_decode() {
             lin = dots.iter().zip(&b).map(|(d, bj)| d * inv + if bias { *bj } else { 0.0 }).collect();
         }
         let want_q: Vec<f32> = (0..nh).flat_map(|h| rotate(&lin[h * hd..(h + 1) * hd], pos0, &inv)).collect();
-        let ((wb, mb), xb, vb) = (matrix_bufs(&g, &words, &meta), buf_f32(&g, &x), buf_f32(&g, &vecs));
-        let rb = buf_f32(&g, &table);
+        let w = gpu_matrix(&g, l, (&words, &meta), n, k);
+        let (xb, vb, rb) = (buf_f32(&g, &x), buf_f32(&g, &vecs), buf_f32(&g, &table));
         let qb = poisoned(&g, n);
         let kvb = buf_u32(&g, &vec![0xffff_ffffu32; 2 * nkv * ctx * hd / 2]);
-        let [c0, c1, c2] = l.consts();
-        let consts = [
-            c0,
-            c1,
-            c2,
-            ("K", k as f64),
-            ("KT", 64.0),
-            ("XS_LEN", 18.0),
-            ("XB_LEN", 10.0),
-            ("IDOT", idot as u32 as f64),
-            ("QD", qd as f64),
-            ("KVD", kvd as f64),
-            ("HD", hd as f64),
-            ("ROT", hd as f64),
-            ("CAP", ctx as f64),
-            ("EPS", eps as f64),
-            ("NW_OFF", 0.0),
-            ("HAS_BIAS", bias as u32 as f64),
-            ("BIAS_OFF", k as f64),
-        ];
-        let bufs = [(0, &wb), (1, &mb), (2, &xb), (3, &qb), (4, &vb), (6, &kvb), (7, &rb)];
-        g.dispatch_once(Kernel::QkvRope, &consts, &bufs, [1, pos0 as u32, 0, 0], [n.div_ceil(8) as u32, 1, 1]).unwrap();
+        let q = matvec::QkvRope {
+            w: &w,
+            x: &xb,
+            qkv: &qb,
+            vecs: &vb,
+            kv: &kvb,
+            rope: &rb,
+            norm: Norm { at: 0, eps, offset: 0.0 },
+            bias: bias.then_some(k),
+            q_dim: qd,
+            kv_dim: kvd,
+            head_dim: hd,
+            rot: hd,
+            cap: ctx,
+            x_tile: Some(64),
+        };
+        run(&g, caps(&g, idot), [1, pos0 as u32, 0], |rec| matvec::qkv_rope(rec, q));
         assert_close(&read(&g, &qb, qd), &want_q, 1e-4, 1e-4, &format!("fused q {l:?} idot={idot}"));
         lin.truncate(n);
         check_cache(&unpack_f16(&read_u32(&g, &kvb, 2 * nkv * ctx * hd / 2)), &[lin], nh, nkv, hd, ctx, pos0, &inv);
@@ -669,29 +613,20 @@ fn attention_inputs(r: &mut R, hd: usize, nh: usize, nkv: usize, ctx: usize, t: 
     (stride, qkv, cache)
 }
 
-/// attention.wgsl / attention_coop.wgsl constants for a cache of `ctx` slots.
-#[allow(clippy::too_many_arguments)]
-fn attention_consts(
-    hd: usize,
-    nh: usize,
-    nkv: usize,
-    ctx: usize,
-    scale: f64,
-    softcap: f32,
-    window: u32,
-    stride: usize,
-) -> Vec<(&'static str, f64)> {
-    vec![
-        ("HD", hd as f64),
-        ("NH", nh as f64),
-        ("NKV", nkv as f64),
-        ("CTX", ctx as f64),
-        ("CAP", ctx as f64),
-        ("SCALE", scale),
-        ("SOFTCAP", softcap as f64),
-        ("WINDOW", window as f64),
-        ("QSTRIDE", stride as f64),
-    ]
+/// A layer's attention over a cache of `cap` slots serving `ctx` positions, [q; k; v] rows
+/// unpadded (`q_stride` to override), scale 1/sqrt(hd), no soft-cap (override `softcap`).
+fn heads(hd: usize, nh: usize, nkv: usize, ctx: usize, cap: usize, window: usize) -> Heads {
+    Heads {
+        head_dim: hd,
+        heads: nh,
+        kv_heads: nkv,
+        context: ctx,
+        cap,
+        scale: 1.0 / (hd as f64).sqrt(),
+        softcap: 0.0,
+        window,
+        q_stride: (nh + 2 * nkv) * hd,
+    }
 }
 
 #[test]
@@ -717,15 +652,10 @@ fn attention_causal_gqa() {
             }
         }
         let (qb, kvb, ob) = (buf_f32(&g, &qkv), buf_u32(&g, &pack_f16(&cache)), poisoned(&g, want.len()));
-        let consts = attention_consts(hd, nh, nkv, ctx, scale, softcap, window, stride);
-        g.dispatch_once(
-            Kernel::Attention,
-            &consts,
-            &[(0, &qb), (1, &kvb), (2, &kvb), (3, &ob)],
-            [t as u32, pos0 as u32, 0, 0],
-            [nh as u32, t as u32, 1],
-        )
-        .unwrap();
+        let h = Heads { softcap, q_stride: stride, ..heads(hd, nh, nkv, ctx, ctx, window as usize) };
+        // The f32 kernel, also where matrix units would take attention_coop.wgsl.
+        let f32_only = Caps { matrix_units: false, ..Caps::of(&g) };
+        run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| attention::prefill(rec, h, true, &qb, &kvb, &ob));
         assert_close(
             &read(&g, &ob, want.len()),
             &want,
@@ -767,16 +697,11 @@ fn attention_coop_matches_reference() {
             }
         }
         let (qb, kvb, ob) = (buf_f32(&g, &qkv), buf_u32(&g, &pack_f16(&cache)), poisoned(&g, want.len()));
-        let mut consts = attention_consts(hd, nh, nkv, ctx, scale, softcap, 0, stride);
-        consts.push(("CAUSAL", causal as u32 as f64));
-        g.dispatch_once(
-            Kernel::AttentionCoop,
-            &consts,
-            &[(0, &qb), (1, &kvb), (2, &kvb), (3, &ob)],
-            [t as u32, pos0 as u32, 0, 0],
-            [nh as u32, t.div_ceil(64) as u32, 1],
-        )
-        .unwrap();
+        let h = Heads { softcap, q_stride: stride, ..heads(hd, nh, nkv, ctx, ctx, 0) };
+        run(&g, Caps::of(&g), [t as u32, pos0 as u32, 0], |rec| {
+            assert!(h.on_matrix_units(rec), "hd={hd} ctx={ctx}: not the matrix-unit kernel");
+            attention::prefill(rec, h, causal, &qb, &kvb, &ob)
+        });
         assert_close(
             &read(&g, &ob, want.len()),
             &want,
@@ -807,14 +732,7 @@ fn ffn_activations() {
             })
             .collect();
         let (gb, hb) = (buf_f32(&g, &gu), poisoned(&g, t * f));
-        g.dispatch_once(
-            Kernel::FfnAct,
-            &[("F", f as f64), ("GELU", gelu as u32 as f64)],
-            &[(0, &gb), (1, &hb)],
-            [t as u32, 0, 0, 0],
-            [(t * f).div_ceil(256) as u32, 1, 1],
-        )
-        .unwrap();
+        run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::glu(rec, f, Act { gelu, relu2: false }, &gb, &hb));
         assert_close(&read(&g, &hb, t * f), &want, 1e-5, 1e-4, &format!("ffn gelu={gelu}"));
     }
 }
@@ -836,26 +754,15 @@ fn lm_head_argmax_picks_first_maximum() {
         }
         let x: Vec<f32> = r.vec(k).iter().map(|a| a.abs() + 0.5).collect();
         let wgs = v.div_ceil(4 * wg / 32 / slices);
-        let (wb, mb, xb, vb) = (buf_u32(&g, &words), buf_f32(&g, &[0.0; 4]), buf_f32(&g, &x), buf_f32(&g, &[0.0; 4]));
-        let yb = poisoned(&g, v + 2 * wgs);
-        let consts = L::F32.matrix_consts(k, v, &[("WG", wg as f64), ("S", slices as f64), ("ARGMAX", 1.0)]);
-        g.dispatch_once(
-            Kernel::MatVec,
-            &consts,
-            &[(0, &wb), (1, &mb), (2, &xb), (3, &yb), (4, &vb)],
-            [1, 0, 0, 0],
-            [wgs as u32, 1, 1],
-        )
-        .unwrap();
+        let w = gpu_matrix(&g, L::F32, (&words, &[]), v, k);
+        let (xb, vb, yb) = (buf_f32(&g, &x), buf_f32(&g, &[0.0; 4]), poisoned(&g, v + 2 * wgs));
         let (ib, ob) = (buf_u32(&g, &[7; 4]), buf_u32(&g, &[u32::MAX; 8]));
-        g.dispatch_once(
-            Kernel::Argmax,
-            &[("V", v as f64), ("P", wgs as f64)],
-            &[(0, &yb), (1, &ib), (2, &ob)],
-            [1, 0, 3, 0],
-            [1, 1, 1],
-        )
-        .unwrap();
+        run(&g, Caps::of(&g), [1, 0, 3], |rec| {
+            let mv = MatVec { argmax: true, shape: Some((wg, slices)), ..MatVec::new("lm head", &w, &xb, &yb, &vb) };
+            let parts = matvec::matvec(rec, mv);
+            assert_eq!(parts as usize, wgs);
+            sample::argmax(rec, v, parts, &yb, &ib, &ob);
+        });
         let logits = read(&g, &yb, v);
         let want = top.min(tie) as u32;
         let best = logits.iter().cloned().fold(f32::MIN, f32::max);
@@ -911,28 +818,13 @@ fn split_kv_decode_attention() {
         let (qb, kvb) = (buf_f32(&g, &q), buf_u32(&g, &pack_f16(&ring)));
         let part = poisoned(&g, nh * ctx.div_ceil(64) * (hd + 4));
         let ob = poisoned(&g, nh * hd);
-        let consts = [
-            ("HD", hd as f64),
-            ("NH", nh as f64),
-            ("NKV", nkv as f64),
-            ("CTX", ctx as f64),
-            ("CAP", cap as f64),
-            ("SCALE", scale),
-            ("SOFTCAP", softcap as f64),
-            ("WINDOW", window as f64),
-        ];
+        let h = Heads { softcap, ..heads(hd, nh, nkv, ctx, cap, window as usize) };
         let done = buf_u32(&g, &vec![0; nh]);
         let attn_decode = |fused: bool, out: &wgpu::Buffer| {
-            let mut c = consts.to_vec();
-            c.push(("FUSED", fused as u32 as f64));
-            g.dispatch_once(
-                Kernel::AttnDecode,
-                &c,
-                &[(0, &qb), (1, &kvb), (2, &kvb), (3, &part), (4, out), (6, &done)],
-                [1, pos as u32, 0, 0],
-                [nh as u32, end.div_ceil(64) as u32, 1],
-            )
-            .unwrap();
+            let (qkv, kv, part, done) = (&qb, &kvb, &part, &done);
+            run(&g, Caps::of(&g), [1, pos as u32, 0], |rec| {
+                attention::decode(rec, h, attention::Decode { qkv, kv, part, out, done, fused })
+            });
         };
         // Fused (on the drivers that get it): each head's last split merges them all, and leaves
         // its count at 0 for the next layer (run twice, as two layers would).
@@ -945,14 +837,7 @@ fn split_kv_decode_attention() {
         }
         let unused = poisoned(&g, nh * hd);
         attn_decode(false, &unused);
-        g.dispatch_once(
-            Kernel::AttnCombine,
-            &[("HD", hd as f64), ("CTX", ctx as f64)],
-            &[(0, &part), (3, &ob)],
-            [1, pos as u32, 0, 0],
-            [nh as u32, 1, 1],
-        )
-        .unwrap();
+        run(&g, Caps::of(&g), [1, pos as u32, 0], |rec| attention::combine(rec, h, &part, &ob));
         assert_close(
             &read(&g, &ob, nh * hd),
             &want,
@@ -972,23 +857,12 @@ fn split_kv_decode_attention() {
                 } else {
                     cpu_linear(&attn, &dense, 1, n, k, None, None)
                 };
-                let ((wb, mb), vb, yb) = (matrix_bufs(&g, &words, &meta), buf_f32(&g, &[0.0; 4]), poisoned(&g, n));
-                let consts = l.matrix_consts(
-                    k,
-                    n,
-                    &[
-                        ("IDOT", idot as u32 as f64),
-                        ("XB_LEN", (5 * k / 32) as f64),
-                        ("MERGE", 1.0),
-                        ("MHD", hd as f64),
-                        ("MNH", nh as f64),
-                        ("MCAP", ctx.div_ceil(64) as f64),
-                        ("MW_LEN", (16 * nh) as f64),
-                    ],
-                );
-                let bufs = [(0, &wb), (1, &mb), (2, &part), (3, &yb), (4, &vb)];
-                g.dispatch_once(Kernel::MatVec, &consts, &bufs, [1, pos as u32, 0, 0], [n.div_ceil(8) as u32, 1, 1])
-                    .unwrap();
+                let w = gpu_matrix(&g, l, (&words, &meta), n, k);
+                let (vb, yb) = (buf_f32(&g, &[0.0; 4]), poisoned(&g, n));
+                let merge = Some(Merge { context: ctx, head_dim: hd, heads: nh });
+                run(&g, caps(&g, idot), [1, pos as u32, 0], |rec| {
+                    matvec::matvec(rec, MatVec { merge, ..MatVec::new("o", &w, &part, &yb, &vb) });
+                });
                 let what = format!("merged projection {l:?} hd={hd} pos={pos} window={window}");
                 assert_close(&read(&g, &yb, n), &want_y, 1e-4 * (k as f32).sqrt(), 1e-4, &what);
             }

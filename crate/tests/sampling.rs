@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use ferrolm::gpu::{Gpu, Kernel};
-use ferrolm::model::sampling::{params_bytes, SampleLayout, PHASES};
+use ferrolm::ops::sample::{params_bytes, SampleLayout, PHASES};
 use ferrolm::sampler::SamplingParams;
 
 /// The GPU sampler's buffers for a vocabulary of `v` and `slots` draws a batch.

@@ -388,37 +388,3 @@ impl Gpu {
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     pollster::block_on(f)
 }
-
-impl Gpu {
-    /// Run one kernel once with the given buffers and step values (kernel tests, debugging).
-    /// Binding 5 (the step uniform) is supplied here.
-    pub fn dispatch_once(
-        &self,
-        kernel: Kernel,
-        constants: &[(&str, f64)],
-        bufs: &[(u32, &wgpu::Buffer)],
-        step: [u32; 4],
-        workgroups: [u32; 3],
-    ) -> Result<()> {
-        let pipeline = self.pipelines.get(&self.device, kernel, constants);
-        let uniform = self.uniform("step", 16);
-        self.queue.write_buffer(&uniform, 0, bytemuck::cast_slice(&step));
-        let mut entries: Vec<wgpu::BindGroupEntry> =
-            bufs.iter().map(|&(i, b)| wgpu::BindGroupEntry { binding: i, resource: b.as_entire_binding() }).collect();
-        entries.push(wgpu::BindGroupEntry { binding: 5, resource: uniform.as_entire_binding() });
-        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("dispatch_once"),
-            layout: &pipeline.layout,
-            entries: &entries,
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&pipeline.pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-        }
-        self.queue.submit([enc.finish()]);
-        self.check()
-    }
-}

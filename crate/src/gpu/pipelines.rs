@@ -14,6 +14,7 @@ const ROWDOT: &str = include_str!("../../../shaders/rowdot.wgsl");
 const ATTN_MERGE: &str = include_str!("../../../shaders/attn_merge.wgsl");
 const MATMUL_TILE: &str = include_str!("../../../shaders/matmul_tile.wgsl");
 const MATMUL_F16: &str = include_str!("../../../shaders/matmul_f16.wgsl");
+const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
 /// `enable` directives of the matrix-unit kernels and of to_f16.wgsl; they must open the
 /// assembled source.
 const COOP_ENABLES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
@@ -289,6 +290,9 @@ impl Pipelines {
         }
         if matches!(k, Kernel::MatMulCoop | Kernel::MatMulWide) {
             code.push_str(MATMUL_F16);
+        }
+        if matches!(k, Kernel::QkvRope | Kernel::RopeKv) {
+            code.push_str(ROPE);
         }
         code.push_str(src.body);
         if self.fused_attention {

@@ -1,91 +1,35 @@
 //! THE forward pass: one straight-line description of a transformer step for every supported
-//! architecture, built once at load into a list of dispatches with their bind groups. A step
-//! then only writes a 16-byte uniform (token count, position, readback slot) and replays the
-//! list in one compute pass and one submit.
+//! architecture, recorded once at load (`ops::Recorder`) into a list of dispatches with their
+//! bind groups. A step then only writes a 16-byte uniform (token count, position, readback
+//! slot) and replays the list in one compute pass and one submit.
 //!
-//! Two programs come from the same description: single-token decode (fused: 5 dispatches per
-//! layer) and batched prefill (tiled matmuls, separate norm/rope/activation kernels).
+//! Two programs come from the same description: single-token decode (`decode_layer`, fused: 5
+//! dispatches per layer) and batched prefill (`prefill_layer`: tiled matmuls, separate
+//! norm/rope/activation kernels). Each kernel's constants, grid and bindings live in `ops/`.
 
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, Kernel, Pipeline};
-use crate::model::sampling::{SampleLayout, PHASES};
-use crate::model::streamed::StreamedMatrix;
-use crate::model::weights::{GpuMatrix, ModelWeights};
+use crate::gpu::Gpu;
+use crate::model::weights::{LayerWeights, ModelWeights};
 use crate::model::ModelConfig;
-use crate::weights::pack::Layout;
-use std::rc::Rc;
+use crate::ops::attention::{self, Heads};
+use crate::ops::deltanet::{self, DeltaNet};
+use crate::ops::elementwise::{self, NormRows};
+use crate::ops::matmul::{self, MatMul};
+use crate::ops::matvec::{self, Act, Epilogue, MatVec, Merge, Norm, RowRange};
+use crate::ops::sample::{self, Sample, SampleLayout};
+use crate::ops::{Recorder, When};
+
+pub use crate::ops::attention::{MAX_ATTENTION_SPLITS, MAX_CONTEXT};
+pub use crate::ops::{Pick, Program};
 
 /// Token ids the GPU sampler can hold for the CPU to read back, one per in-flight step.
 pub const TOKEN_SLOTS: usize = 8;
 
-/// How many workgroups a dispatch needs for a step of `t` tokens.
-#[derive(Clone, Copy, Debug)]
-enum Grid {
-    Fixed(u32),
-    Fixed2(u32, u32),
-    /// (t, 1): one workgroup per token.
-    Tokens,
-    /// (x, t): one workgroup row per token.
-    PerToken(u32),
-    /// 64x64 output tiles over (n, t).
-    Tiles(u32),
-    /// 128x128 output tiles over (n, t) (matmul_coop_wide.wgsl).
-    WideTiles(u32),
-    /// (heads, ceil(t / 64)): 64 queries of a head per workgroup (attention_coop.wgsl).
-    QueryBlocks(u32),
-    /// `n` elements per token, 256 per workgroup, folded into 2-D past 65535 workgroups.
-    Elems(u32),
-    /// (heads, splits): one workgroup per 64 cached positions (decode attention).
-    Splits(u32),
-}
-
-impl Grid {
-    fn dims(self, t: u32, pos: u32) -> [u32; 3] {
-        match self {
-            Grid::Fixed(x) => [x, 1, 1],
-            Grid::Fixed2(x, y) => [x, y, 1],
-            Grid::Tokens => [t, 1, 1],
-            Grid::PerToken(x) => [x, t, 1],
-            Grid::Tiles(n) => [n.div_ceil(MATMUL_TILE_N), t.div_ceil(MATMUL_TILE_M), 1],
-            Grid::WideTiles(n) => [n.div_ceil(WIDE_TILE), t.div_ceil(WIDE_TILE), 1],
-            Grid::QueryBlocks(heads) => [heads, t.div_ceil(64), 1],
-            Grid::Elems(n) => {
-                let wgs = (n * t).div_ceil(256);
-                let y = wgs.div_ceil(65535);
-                [wgs.div_ceil(y), y, 1]
-            }
-            Grid::Splits(heads) => [heads, (pos + t).div_ceil(64), 1],
-        }
-    }
-}
-
-/// The prefill matmul's output tile (matmul.wgsl BN x BM): weight rows x tokens.
-pub const MATMUL_TILE_N: u32 = 64;
-pub const MATMUL_TILE_M: u32 = 64;
-/// The wide matrix-unit matmul's tile (matmul_coop_wide.wgsl WM = WN).
-pub const WIDE_TILE: u32 = 128;
-/// Weight matrices with at least this many rows take the wide tile on matrix units; narrower
-/// ones keep 64x64 tiles, which give the GPU more workgroups. H100, 512 tokens: rows of 2,048
-/// (Llama-3.2-1B's down and o) ran 45% slower wide (64 workgroups), rows of 3,072 (Phi-3's down)
-/// 32% faster. Measured again with A read in f16 from memory (session 9, 1B pp512): thresholds
-/// of 1,024 / 2,048 / 3,072 rows gave 20.5k / 20.2k / 21.4k tok/s.
-pub const WIDE_MIN_ROWS: usize = 3072;
-
 /// Elements of `Buffers::a16`: every prefill matmul input (the hidden state, the attention or
-/// token-mixer output, the FFN activation) of up to `max_tokens` tokens, rounded up to whole
-/// 128-token tiles, which the matrix-unit kernels read whole.
+/// token-mixer output, the FFN activation) of up to `max_tokens` tokens.
 pub fn a16_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
-    max_tokens.next_multiple_of(WIDE_TILE as usize) * cfg.hidden.max(cfg.mix_width()).max(cfg.ffn)
+    matmul::a16_elems(cfg.hidden.max(cfg.mix_width()).max(cfg.ffn), max_tokens)
 }
-
-/// Workgroup memory of attention_coop.wgsl: f16 queries and probabilities, f32 scores.
-const ATTENTION_COOP_STORAGE: u32 = 44 * 1024;
-
-/// Decode attention merges its 64-position splits with one weight each in workgroup memory
-/// (attn_merge.wgsl): 8 KiB at this many, inside WebGPU's 16 KiB beside the kernel's other arrays.
-pub const MAX_ATTENTION_SPLITS: usize = 2048;
-/// The longest context, in tokens, those splits cover.
-pub const MAX_CONTEXT: usize = MAX_ATTENTION_SPLITS * 64;
 
 /// Decode steps merge the split attention (64 positions a split) inside the output projection
 /// (rowdot.wgsl MERGE) while every workgroup of it reads at most this many partial values
@@ -93,67 +37,6 @@ pub const MAX_CONTEXT: usize = MAX_ATTENTION_SPLITS * 64;
 /// 10 splits: SmolLM2 (5.8k values) +1.4%, Qwen2.5-0.5B (9k) +2.3%, Llama-3.2-1B (20k) -1.5%,
 /// Phi-3-mini (31k) -3%.
 const MERGE_MAX_VALUES: usize = 12288;
-
-/// Which steps record a dispatch: all, or only those whose cache holds at most / more than the
-/// program's `short_max` positions.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum When {
-    Always,
-    Short,
-    Long,
-}
-
-impl When {
-    fn at(self, t: u32, pos: u32, short_max: u32) -> bool {
-        match self {
-            When::Always => true,
-            When::Short => pos + t <= short_max,
-            When::Long => pos + t > short_max,
-        }
-    }
-}
-
-struct Op {
-    /// What the dispatch does, for profiles ("qkv", "attention", "down", ...).
-    label: &'static str,
-    pipeline: Rc<Pipeline>,
-    bind: wgpu::BindGroup,
-    grid: Grid,
-    when: When,
-    /// `Some(sampled)`: recorded only in steps that choose their token greedily (`false`) or
-    /// by sampling (`true`); `None`: in both.
-    pick: Option<bool>,
-    /// Recorded only in steps whose token a constraint masks (`Pick::masked`).
-    masked: bool,
-    /// `Some(hidden)`: recorded only in steps that end with the hidden states (`true`) or with
-    /// the LM head (`false`); `None`: in both.
-    head: Option<bool>,
-}
-
-/// How a decode step chooses its token: by argmax, or by the GPU sampler (`sampled`), which
-/// then also applies a constraint's mask of allowed tokens (`masked`). A prefill step with
-/// `hidden` ends with the final norm of every token in `Buffers::xn` (embeddings) instead of
-/// the LM head.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pick {
-    pub sampled: bool,
-    pub masked: bool,
-    pub hidden: bool,
-}
-
-impl Pick {
-    pub const GREEDY: Pick = Pick { sampled: false, masked: false, hidden: false };
-    pub const HIDDEN: Pick = Pick { sampled: false, masked: false, hidden: true };
-}
-
-impl Op {
-    fn runs(&self, t: u32, pos: u32, short_max: u32, pick: Pick) -> bool {
-        self.when.at(t, pos, short_max)
-            && self.pick.is_none_or(|p| p == pick.sampled)
-            && (!self.masked || pick.masked)
-            && self.head.is_none_or(|h| h == pick.hidden)
-    }
-}
 
 /// Activations for up to `max_tokens` tokens per step, the KV cache and the rope table.
 pub struct Buffers {
@@ -349,479 +232,267 @@ pub fn rope_table_for(cfg: &ModelConfig, prompt_len: usize, context: usize) -> V
     t
 }
 
-/// A recorded program: the dispatches of one step for a given kind of step.
-pub struct Program {
-    ops: Vec<Op>,
-    /// Cached positions up to which the `When::Short` dispatches run (the attention merge).
-    short_max: u32,
-}
-
-impl Program {
-    /// Dispatches of a step of `t` tokens at cache position `pos` (`sampled`: the token is
-    /// sampled on the GPU rather than chosen by argmax).
-    pub fn dispatches(&self, t: usize, pos: usize, pick: Pick) -> usize {
-        self.ops.iter().filter(|o| o.runs(t as u32, pos as u32, self.short_max, pick)).count()
-    }
-
-    /// Record with a timestamp before the first dispatch and after each one (profiling);
-    /// returns each dispatch's kernel.
-    pub fn record_profiled(
-        &self,
-        pass: &mut wgpu::ComputePass<'_>,
-        n_tokens: u32,
-        pos: u32,
-        pick: Pick,
-        qs: &wgpu::QuerySet,
-    ) -> Vec<&'static str> {
-        pass.write_timestamp(qs, 0);
-        let ops: Vec<&Op> = self.ops.iter().filter(|o| o.runs(n_tokens, pos, self.short_max, pick)).collect();
-        for (i, op) in ops.iter().enumerate() {
-            let [x, y, z] = op.grid.dims(n_tokens, pos);
-            pass.set_pipeline(&op.pipeline.pipeline);
-            pass.set_bind_group(0, &op.bind, &[]);
-            pass.dispatch_workgroups(x, y, z);
-            pass.write_timestamp(qs, i as u32 + 1);
-        }
-        ops.iter().map(|o| o.label).collect()
-    }
-
-    /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos`.
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, pick: Pick) {
-        for op in self.ops.iter().filter(|o| o.runs(n_tokens, pos, self.short_max, pick)) {
-            let [x, y, z] = op.grid.dims(n_tokens, pos);
-            pass.set_pipeline(&op.pipeline.pipeline);
-            pass.set_bind_group(0, &op.bind, &[]);
-            pass.dispatch_workgroups(x, y, z);
-        }
-    }
-}
-
-struct Builder<'a> {
-    gpu: &'a Gpu,
+/// The model's side of every step: what each layer reads and writes.
+struct Model<'a> {
     cfg: &'a ModelConfig,
-    ops: Vec<Op>,
-    step: &'a wgpu::Buffer,
-    /// Which steps record the dispatches pushed now.
-    when: When,
-    /// Greedy-only or sampled-only dispatches pushed now (`Op::pick`).
-    pick: Option<bool>,
-    /// Dispatches pushed now run only in masked steps (`Op::masked`).
-    masked: bool,
-    /// Hidden-state or LM-head dispatches pushed now (`Op::head`).
-    head: Option<bool>,
-    /// While `lm_head` records one row range of a `StreamedMatrix`: its matvec.wgsl constants
-    /// (ROW0, Y_ROWS, WG0).
-    row_range: Vec<(&'static str, f64)>,
-    /// Where each layer's small vectors sit in its `vecs` buffer.
-    offsets: crate::model::weights::VecOffsets,
-    /// Set when a decode matvec would need more workgroup memory than the adapter has (wgpu
-    /// does not check it natively; browsers refuse the pipeline).
-    too_big: std::cell::Cell<Option<usize>>,
-    /// The matrix-unit matmuls' f16 input (`Buffers::a16`).
-    a16: &'a wgpu::Buffer,
+    w: &'a ModelWeights,
+    bf: &'a Buffers,
+    context: usize,
 }
 
-/// Decode matvecs split rows into slices while they have fewer workgroups than this. Measured on
-/// the H100 with integer activations, 96/132/200/264: 132 (its SM count) was best for the Phi-3
-/// shape (+1.5% over 96; 200 and up lost 3%), and within 1% of the best for the 1B shape.
-const MV_MIN_WORKGROUPS: usize = 132;
+impl<'a> Model<'a> {
+    fn norm(&self, at: usize) -> Norm {
+        Norm { at, eps: self.cfg.rms_eps, offset: self.cfg.norm_offset }
+    }
 
-fn b(v: bool) -> f64 {
-    v as u32 as f64
-}
+    fn act(&self) -> Act {
+        Act { gelu: self.cfg.gelu, relu2: self.cfg.relu2 }
+    }
 
-impl Builder<'_> {
-    fn push(
-        &mut self,
+    /// A decode matvec with the model's activation.
+    fn mv(
+        &self,
         label: &'static str,
-        k: Kernel,
-        consts: &[(&str, f64)],
-        bufs: &[(u32, &wgpu::Buffer)],
-        grid: Grid,
+        w: &'a crate::model::weights::GpuMatrix,
+        x: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+        vecs: &'a wgpu::Buffer,
+    ) -> MatVec<'a> {
+        MatVec { act: self.act(), ..MatVec::new(label, w, x, y, vecs) }
+    }
+
+    /// A prefill matmul.
+    fn mm(
+        &self,
+        label: &'static str,
+        w: &'a crate::model::weights::GpuMatrix,
+        a: &'a wgpu::Buffer,
+        c: &'a wgpu::Buffer,
+        vecs: &'a wgpu::Buffer,
+    ) -> MatMul<'a> {
+        MatMul { label, w, a, c, vecs, bias: None, accumulate: false, a16: &self.bf.a16, tile: None }
+    }
+
+    /// Prefill: y (+)= norm(x) over rows of `width`.
+    fn norm_rows(
+        &self,
+        r: &mut Recorder,
+        label: &'static str,
+        (x, vecs, at, y): (&wgpu::Buffer, &wgpu::Buffer, usize, &wgpu::Buffer),
+        width: usize,
+        add: bool,
     ) {
-        let pipeline = self.gpu.pipelines.get(&self.gpu.device, k, consts);
-        let mut entries: Vec<wgpu::BindGroupEntry> =
-            bufs.iter().map(|&(i, b)| wgpu::BindGroupEntry { binding: i, resource: b.as_entire_binding() }).collect();
-        entries.push(wgpu::BindGroupEntry { binding: 5, resource: self.step.as_entire_binding() });
-        let bind = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(&format!("{k:?}")),
-            layout: &pipeline.layout,
-            entries: &entries,
-        });
-        let (when, pick, masked, head) = (self.when, self.pick, self.masked, self.head);
-        self.ops.push(Op { label, pipeline, bind, grid, when, pick, masked, head });
+        let norm = self.norm(at);
+        elementwise::rmsnorm(r, NormRows { label, x, vecs, y, width, norm, last_only: false, add });
     }
 
-    /// How a decode matvec over rows of `k` elements of `layout` stages its activation vector in
-    /// workgroup memory (rowdot.wgsl): as 8-bit blocks where the adapter has integer dot products
-    /// and the weights are quantized (2.5 bytes an element), else as padded f32 (4.5 bytes an
-    /// element). All of x when it fits the adapter's workgroup storage beside the kernels' other
-    /// workgroup arrays (`decode_workgroup_bytes`), else tiles of a multiple of 256. The
-    /// constants KT, XS_LEN, XB_LEN, IDOT. With `merge`, room is kept for the split weights.
-    fn x_stage(&self, k: usize, layout: Layout, merge: bool) -> [(&'static str, f64); 4] {
-        let idot = self.gpu.pipelines.idot && layout.block() > 1;
-        let mw = if merge { self.cfg.n_heads * 16 } else { 1 };
-        let reserve = self.decode_workgroup_bytes(1, 5, mw);
-        let avail = (self.gpu.limits.max_compute_workgroup_storage_size as usize).saturating_sub(reserve);
-        let max = if idot { avail * 2 / 5 } else { avail * 2 / 9 } / 256 * 256;
-        let kt = if k <= max { k } else { max.max(256) };
-        let (xs, xb) = if idot { (1, 5 * kt / 32) } else { (kt / 4 + kt / 32 + 1, 5) };
-        let bytes = self.decode_workgroup_bytes(xs, xb, mw);
-        if bytes > self.gpu.limits.max_compute_workgroup_storage_size as usize {
-            self.too_big.set(Some(bytes));
+    /// Layer `i`'s attention geometry.
+    fn heads(&self, i: usize) -> Heads {
+        let c = self.cfg;
+        let sliding = c.layer_sliding[i] && c.sliding_window > 0;
+        Heads {
+            head_dim: c.head_dim,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            context: self.context,
+            cap: self.bf.kv_cap[i],
+            scale: c.attn_scale,
+            softcap: c.attn_softcap,
+            window: if sliding { c.sliding_window } else { 0 },
+            q_stride: c.attn_rows(),
         }
-        [("KT", kt as f64), ("XS_LEN", xs as f64), ("XB_LEN", xb as f64), ("IDOT", b(idot))]
     }
 
-    /// Workgroup memory of a decode matvec (matvec.wgsl, qkv_rope.wgsl with rowdot.wgsl and the
-    /// reduction prelude; keep in step with their `var<workgroup>` arrays) for XS_LEN, XB_LEN
-    /// and MW_LEN: xs, xb (16 bytes a slot), mw (8), ssg and parts (640), the argmax arrays
-    /// (1 KiB), and without subgroups the reduction's `red` (4 KiB).
-    fn decode_workgroup_bytes(&self, xs: usize, xb: usize, mw: usize) -> usize {
-        let reduce = if self.gpu.pipelines.subgroups { 0 } else { 4096 };
-        16 * xs + 16 * xb + 8 * mw + 640 + 1024 + reduce
+    fn rope(&self, i: usize) -> &'a wgpu::Buffer {
+        let bf = self.bf;
+        if self.cfg.layer_sliding[i] {
+            bf.rope_local.as_ref().unwrap_or(&bf.rope)
+        } else {
+            &bf.rope
+        }
     }
 
-    /// Decode: y (+)= W · norm?(x), with the epilogue `epi` (0 store, 1 add, 2 GLU) and an
-    /// optional soft-cap of stored values. With `argmax` (epilogue 0), each workgroup also leaves
-    /// its largest value after y's N values; returns the number of workgroups. With `merge`
-    /// (a context of that many positions), x is the split attention partials, merged on the fly.
-    #[allow(clippy::too_many_arguments)]
-    fn matvec(
-        &mut self,
-        label: &'static str,
-        w: &GpuMatrix,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        vecs: &wgpu::Buffer,
-        norm: Option<usize>,
-        epi: u32,
-        softcap: f32,
-        bias: Option<usize>,
-        argmax: bool,
-        merge: Option<usize>,
-    ) -> u32 {
-        let outputs = if epi == 2 { w.rows / 2 } else { w.rows };
-        let per_block = if epi == 2 { 2 } else { 4 };
-        let (mut consts, wg, slices) =
-            self.rowdot_consts(w, outputs.div_ceil(per_block), norm.unwrap_or(0), bias, merge);
-        consts.extend([
-            ("N", w.rows as f64),
-            ("EPI", epi as f64),
-            ("NORM", b(norm.is_some())),
-            ("GELU", b(self.cfg.gelu)),
-            ("RELU2", b(self.cfg.relu2)),
-            ("SOFTCAP", softcap as f64),
-            ("ARGMAX", b(argmax)),
-        ]);
-        consts.extend_from_slice(&self.row_range);
-        let wgs = outputs.div_ceil(per_block * wg / 32 / slices) as u32;
-        // Past 65535 workgroups the kernel folds (x, y) into one index.
-        let gy = wgs.div_ceil(65535);
-        let grid = Grid::Fixed2(wgs.div_ceil(gy), gy);
-        self.push(label, Kernel::MatVec, &consts, &[(0, &w.words), (1, &w.meta), (2, x), (3, y), (4, vecs)], grid);
-        wgs.div_ceil(gy) * gy
+    /// Where the token mixer and the FFN leave their output: added to the residual, or (Gemma)
+    /// stored for a post-norm that adds it.
+    fn residual(&self) -> (&'a wgpu::Buffer, Epilogue) {
+        if self.cfg.post_norms {
+            (&self.bf.tmp, Epilogue::Store)
+        } else {
+            (&self.bf.x, Epilogue::Add)
+        }
     }
 
-    /// The LM head over every row range of `m` (one dispatch each; most models have one), its
-    /// argmax pairs after all the logits. Returns the number of pairs.
-    fn lm_head(
-        &mut self,
-        m: &StreamedMatrix,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        vecs: &wgpu::Buffer,
-        norm: bool,
-    ) -> u32 {
+    /// Gemma's post-norm of a projection's output, added to the residual.
+    fn post_norm(&self, r: &mut Recorder, lw: &LayerWeights, at: Option<usize>) {
+        if let Some(at) = at {
+            self.norm_rows(r, "norm", (&self.bf.tmp, &lw.vecs, at, &self.bf.x), self.cfg.hidden, true);
+        }
+    }
+
+    /// A Gated DeltaNet layer's buffers (Qwen3.5).
+    fn deltanet(&self, i: usize, lw: &'a LayerWeights) -> DeltaNet<'a> {
+        let (bf, off) = (self.bf, self.w.offsets);
+        let (Some(conv_state), Some(delta_state)) = (&bf.conv_state[i], &bf.delta_state[i]) else {
+            unreachable!("Buffers::new gives every linear layer its state")
+        };
+        let at = deltanet::Offsets {
+            conv_w: off.conv_w.unwrap_or(0),
+            dt_bias: off.dt_bias.unwrap_or(0),
+            a_neg: off.a_neg.unwrap_or(0),
+            gnorm: off.gnorm.unwrap_or(0),
+        };
+        let (proj, stride, vecs, lin, gates, out) = (&bf.qkv, lw.wqkv.rows, &lw.vecs, &bf.lin, &bf.gates, &bf.attn);
+        DeltaNet { proj, stride, vecs, at, lin, gates, conv_state, delta_state, out, eps: self.cfg.rms_eps }
+    }
+
+    /// One token through layer `i`: each projection a matvec with its norm fused in front and
+    /// its residual add behind; attention split over the cache, merged by itself (`fused`),
+    /// inside the output projection (caches of up to `short_max` positions) or on its own.
+    fn decode_layer(&self, r: &mut Recorder, i: usize, fused: bool, short_max: u32) {
+        let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
+        let (out, epilogue) = self.residual();
+        let h = self.heads(i);
+        if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
+            let norm = Some(self.norm(off.attn_norm));
+            matvec::matvec(r, MatVec { norm, ..self.mv("in proj", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
+            deltanet::mix(r, l, self.deltanet(i, lw), false);
+            matvec::matvec(r, MatVec { epilogue, ..self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs) });
+        } else {
+            // The fused q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
+            // needs the whole head first, so those models take the matvec + rope_kv route.
+            if !cfg.qk_norm && !cfg.attn_gate {
+                let (norm, x_tile) = (self.norm(off.attn_norm), None);
+                let (q_dim, kv_dim, head_dim, rot, cap) =
+                    (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.rope_dim, h.cap);
+                let (w, x, qkv, vecs, kv, rope, bias) =
+                    (&lw.wqkv, &bf.x, &bf.qkv, &lw.vecs, &bf.kv[i], self.rope(i), off.qkv_bias);
+                matvec::qkv_rope(
+                    r,
+                    matvec::QkvRope {
+                        w,
+                        x,
+                        qkv,
+                        vecs,
+                        kv,
+                        rope,
+                        norm,
+                        bias,
+                        q_dim,
+                        kv_dim,
+                        head_dim,
+                        rot,
+                        cap,
+                        x_tile,
+                    },
+                );
+            } else {
+                let (norm, bias) = (Some(self.norm(off.attn_norm)), off.qkv_bias);
+                matvec::matvec(r, MatVec { norm, bias, ..self.mv("qkv", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
+                self.rope_kv(r, i, h);
+            }
+            let (qkv, kv, part, done) = (&bf.qkv, &bf.kv[i], &bf.part, &bf.done);
+            attention::decode(r, h, attention::Decode { qkv, kv, part, out: &bf.attn, done, fused });
+            // Deep caches merge the attention splits in their own dispatch; short ones inside
+            // the output projection, one dispatch fewer a layer.
+            if !fused {
+                r.filter.when = When::Long;
+                attention::combine(r, h, &bf.part, &bf.attn);
+            }
+            self.attn_gate(r);
+            let (norm, bias) = (off.attn_sub_norm.map(|a| self.norm(a)), off.o_bias);
+            matvec::matvec(r, MatVec { norm, bias, epilogue, ..self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs) });
+            if !fused && short_max > 0 {
+                r.filter.when = When::Short;
+                let merge = Some(Merge { context: self.context, head_dim: cfg.head_dim, heads: cfg.n_heads });
+                matvec::matvec(r, MatVec { merge, bias, epilogue, ..self.mv("o", &lw.wo, &bf.part, out, &lw.vecs) });
+            }
+            r.filter.when = When::Always;
+        }
+        self.post_norm(r, lw, off.post_attn_norm);
+        let (norm, bias) = (Some(self.norm(off.ffn_norm)), off.gate_up_bias);
+        let glu = Epilogue::Glu;
+        matvec::matvec(
+            r,
+            MatVec { norm, bias, epilogue: glu, ..self.mv("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs) },
+        );
+        let (norm, bias) = (off.ffn_sub_norm.map(|a| self.norm(a)), off.down_bias);
+        matvec::matvec(r, MatVec { norm, bias, epilogue, ..self.mv("down", &lw.w_down, &bf.h, out, &lw.vecs) });
+        self.post_norm(r, lw, off.post_ffn_norm);
+    }
+
+    /// A chunk of tokens through layer `i`: norm, matmul, rope + cache append, attention over
+    /// the cache, matmul with the residual, norm, matmul, GLU, matmul with the residual.
+    fn prefill_layer(&self, r: &mut Recorder, i: usize) {
+        let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
+        let (out, epilogue) = self.residual();
+        let accumulate = epilogue == Epilogue::Add;
+        self.norm_rows(r, "norm", (&bf.x, &lw.vecs, off.attn_norm, &bf.xn), cfg.hidden, false);
+        if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
+            matmul::matmul(r, self.mm("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs));
+            deltanet::mix(r, l, self.deltanet(i, lw), true);
+            matmul::matmul(r, MatMul { accumulate, ..self.mm("o", &lw.wo, &bf.attn, out, &lw.vecs) });
+        } else {
+            let bias = off.qkv_bias;
+            matmul::matmul(r, MatMul { bias, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
+            let h = self.heads(i);
+            self.rope_kv(r, i, h);
+            attention::prefill(r, h, cfg.causal, &bf.qkv, &bf.kv[i], &bf.attn);
+            self.attn_gate(r);
+            // BitNet's sub-norm of the attention output before the projection.
+            let o_in = match off.attn_sub_norm {
+                Some(at) => {
+                    self.norm_rows(r, "sub norm", (&bf.attn, &lw.vecs, at, &bf.gu), cfg.q_dim(), false);
+                    &bf.gu
+                }
+                None => &bf.attn,
+            };
+            let bias = off.o_bias;
+            matmul::matmul(r, MatMul { bias, accumulate, ..self.mm("o", &lw.wo, o_in, out, &lw.vecs) });
+        }
+        self.post_norm(r, lw, off.post_attn_norm);
+        self.norm_rows(r, "norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden, false);
+        let bias = off.gate_up_bias;
+        matmul::matmul(r, MatMul { bias, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) });
+        elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h);
+        let down_in = match off.ffn_sub_norm {
+            Some(at) => {
+                self.norm_rows(r, "sub norm", (&bf.h, &lw.vecs, at, &bf.gu), cfg.ffn, false);
+                &bf.gu
+            }
+            None => &bf.h,
+        };
+        let bias = off.down_bias;
+        matmul::matmul(r, MatMul { bias, accumulate, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) });
+        self.post_norm(r, lw, off.post_ffn_norm);
+    }
+
+    fn rope_kv(&self, r: &mut Recorder, i: usize, h: Heads) {
+        let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
+        let qk_norm = cfg.qk_norm.then(|| (off.q_norm.unwrap_or(0), off.k_norm.unwrap_or(0), self.norm(0)));
+        let (qkv, kv, vecs, rope, rot) = (&bf.qkv, &bf.kv[i], &lw.vecs, self.rope(i), cfg.rope_dim);
+        attention::rope_kv(r, h, attention::RopeKv { qkv, kv, vecs, rope, rot, qk_norm });
+    }
+
+    /// Qwen3.5's full-attention output gate (nothing for other models).
+    fn attn_gate(&self, r: &mut Recorder) {
+        let c = self.cfg;
+        if c.attn_gate {
+            attention::gate(r, c.q_dim(), c.kv_dim(), c.attn_rows(), &self.bf.qkv, &self.bf.attn);
+        }
+    }
+
+    /// The LM head over every row range of the (streamed) matrix, one dispatch each, leaving
+    /// per-workgroup argmax pairs after all the logits; returns how many.
+    fn lm_head(&self, r: &mut Recorder, x: &wgpu::Buffer, norm: bool) -> u32 {
+        let (m, vecs, y) = (self.w.lm_head(), &self.w.out_vecs, &self.bf.logits);
+        let (norm, softcap) = (norm.then(|| self.norm(0)), self.cfg.final_softcap);
         let mut pairs = 0;
         for (first, part) in m.ranges() {
-            self.row_range = vec![("ROW0", first as f64), ("Y_ROWS", m.rows as f64), ("WG0", pairs as f64)];
-            let (cap, n) = (self.cfg.final_softcap, norm.then_some(0));
-            pairs += self.matvec("lm head", part, x, y, vecs, n, 0, cap, None, true, None);
+            let rows = Some(RowRange { first, y_rows: m.rows, wg0: pairs as usize });
+            pairs +=
+                matvec::matvec(r, MatVec { norm, softcap, argmax: true, rows, ..self.mv("lm head", part, x, y, vecs) });
         }
-        self.row_range.clear();
         pairs
-    }
-
-    /// The override constants every rowdot.wgsl kernel (matvec, qkv_rope) takes for matrix `w`
-    /// over `blocks` blocks of four rows: layout, row length, norm weights at `norm_off`, bias,
-    /// workgroup shape, activation staging and, with `merge` (a cache of that many positions),
-    /// the attention merge. Returns them with the workgroup size and slices.
-    fn rowdot_consts(
-        &self,
-        w: &GpuMatrix,
-        blocks: usize,
-        norm_off: usize,
-        bias: Option<usize>,
-        merge: Option<usize>,
-    ) -> (Vec<(&'static str, f64)>, usize, usize) {
-        let (wg, slices) = self.mv_shape(blocks, w.cols, w.layout.block());
-        let mut c = Vec::from(w.layout_constants());
-        c.extend(self.x_stage(w.cols, w.layout, merge.is_some()));
-        c.extend([
-            ("K", w.cols as f64),
-            ("NW_OFF", norm_off as f64),
-            ("EPS", self.cfg.rms_eps as f64),
-            ("NW_OFFSET", self.cfg.norm_offset as f64),
-            ("HAS_BIAS", b(bias.is_some())),
-            ("BIAS_OFF", bias.unwrap_or(0) as f64),
-            ("WG", wg as f64),
-            ("S", slices as f64),
-            ("MERGE", b(merge.is_some())),
-            ("MHD", self.cfg.head_dim as f64),
-            ("MNH", self.cfg.n_heads as f64),
-            ("MCAP", merge.unwrap_or(64).div_ceil(64) as f64),
-            ("MW_LEN", if merge.is_some() { self.cfg.n_heads * 16 } else { 1 } as f64),
-        ]);
-        (c, wg, slices)
-    }
-
-    /// Workgroup size and slices per row block for `blocks` blocks of four rows of length `k`.
-    /// 256 invocations (x is staged once for more rows; smaller workgroups measured slower even
-    /// for short rows), or 512 with integer activations where rows are long and the matrix tall
-    /// enough to keep MV_MIN_WORKGROUPS of them: each workgroup quantizes all of x, so fewer,
-    /// larger ones stage less (H100: Phi-3 shape +1.6%, Llama-3.1-8B +3%; rows of 896 lost 3%;
-    /// the f32 path lost 4%). Subgroups only: the portable reduction holds 256. Long rows are
-    /// split into slices until there are enough workgroups to spread over the GPU and keep
-    /// loads in flight.
-    fn mv_shape(&self, blocks: usize, k: usize, block: usize) -> (usize, usize) {
-        let chunks = k / if block > 1 { 32 } else { 8 };
-        let can_big = self.gpu.pipelines.subgroups
-            && self.gpu.pipelines.idot
-            && block > 1
-            && self.gpu.limits.max_compute_invocations_per_workgroup >= 512
-            && k >= 2048;
-        let big = can_big && blocks >= 16 * MV_MIN_WORKGROUPS;
-        let wg = if big { 512 } else { 256 };
-        let mut slices = 1;
-        while slices < 8 && blocks * slices / (wg / 32) < MV_MIN_WORKGROUPS && chunks >= 64 * slices {
-            slices *= 2;
-        }
-        // Sliced rows longer than 8192 (more than four staging trips of 256 invocations): twice
-        // the invocations and slices, the same rows per workgroup, half the trips. Llama-3.1-8B's
-        // down projection (rows of 14336): +3.2%; rows of 8192 (1B, Phi-3): -0.5% / 0.
-        if can_big && !big && slices >= 2 && k > 8192 {
-            return (512, 2 * slices);
-        }
-        (wg, slices)
-    }
-
-    /// Whether a layer's prefill attention runs on matrix units (attention_coop.wgsl): full
-    /// (not sliding) layers with head widths of 16k up to 128 and caches of 64k slots, so no
-    /// 64-key chunk passes the cache's end. FERROLM_NO_COOP_ATTENTION=1 keeps attention.wgsl.
-    fn coop_attention(&self, head_dim: usize, cap: usize, sliding: bool) -> bool {
-        self.gpu.pipelines.matrix_units
-            && !sliding
-            && head_dim.is_multiple_of(16)
-            && head_dim <= 128
-            && cap.is_multiple_of(64)
-            && self.gpu.limits.max_compute_workgroup_storage_size >= ATTENTION_COOP_STORAGE
-            && std::env::var("FERROLM_NO_COOP_ATTENTION").is_err()
-    }
-
-    /// Prefill: c (+)= a · Wᵀ (+ bias).
-    fn matmul(
-        &mut self,
-        label: &'static str,
-        w: &GpuMatrix,
-        a: &wgpu::Buffer,
-        c: &wgpu::Buffer,
-        vecs: &wgpu::Buffer,
-        bias: Option<usize>,
-        acc: bool,
-    ) {
-        let [l0, l1, l2] = w.layout_constants();
-        let consts = [
-            l0,
-            l1,
-            l2,
-            ("K", w.cols as f64),
-            ("N", w.rows as f64),
-            ("ACCUMULATE", b(acc)),
-            ("HAS_BIAS", b(bias.is_some())),
-            ("BIAS_OFF", bias.unwrap_or(0) as f64),
-        ];
-        let n = w.rows as u32;
-        if !self.gpu.pipelines.matrix_units || !w.cols.is_multiple_of(32) {
-            self.push(
-                label,
-                Kernel::MatMul,
-                &consts,
-                &[(0, &w.words), (1, &w.meta), (2, a), (3, c), (4, vecs)],
-                Grid::Tiles(n),
-            );
-            return;
-        }
-        let a16 = self.a16;
-        let grid = Grid::Elems(w.cols.div_ceil(4) as u32);
-        self.push("to f16", Kernel::ToF16, &[("N", w.cols as f64)], &[(0, a), (1, a16)], grid);
-        let (kernel, grid) = if w.rows >= WIDE_MIN_ROWS {
-            (Kernel::MatMulWide, Grid::WideTiles(n))
-        } else {
-            (Kernel::MatMulCoop, Grid::Tiles(n))
-        };
-        self.push(label, kernel, &consts, &[(0, &w.words), (1, &w.meta), (2, a16), (3, c), (4, vecs)], grid);
-    }
-
-    /// Qwen3.5's full-attention output gate, in place on `attn` (nothing for other models).
-    fn attn_gate(&mut self, bf: &Buffers) {
-        let c = self.cfg;
-        if !c.attn_gate {
-            return;
-        }
-        let (qd, stride) = (c.q_dim(), c.attn_rows());
-        let consts = [("N", qd as f64), ("STRIDE", stride as f64), ("GATE_OFF", (qd + 2 * c.kv_dim()) as f64)];
-        self.push("attn gate", Kernel::AttnGate, &consts, &[(0, &bf.qkv), (1, &bf.attn)], Grid::Elems(qd as u32));
-    }
-
-    /// A Gated DeltaNet layer's token mixing (Qwen3.5): the norm and the fused input projection
-    /// [q k v | z | b | a], the causal convolution, the recurrence with its gated norm, and the
-    /// output projection added to `out` (the residual, when `acc`).
-    #[allow(clippy::too_many_arguments)]
-    fn gated_deltanet(
-        &mut self,
-        l: crate::model::hf_config::LinearAttn,
-        lw: &crate::model::weights::LayerWeights,
-        bf: &Buffers,
-        i: usize,
-        batched: bool,
-        out: &wgpu::Buffer,
-        acc: bool,
-    ) {
-        let off = self.offsets;
-        let rows = lw.wqkv.rows;
-        if batched {
-            self.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false, false);
-            self.matmul("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, None, false);
-        } else {
-            let norm = Some(off.attn_norm);
-            self.matvec("in proj", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs, norm, 0, 0.0, None, false, None);
-        }
-        let (conv_state, delta_state) = match (&bf.conv_state[i], &bf.delta_state[i]) {
-            (Some(c), Some(d)) => (c, d),
-            _ => unreachable!("Buffers::new gives every linear layer its state"),
-        };
-        let cd = l.conv_dim();
-        let conv = |mode: u32| {
-            [
-                ("C", cd as f64),
-                ("TAPS", l.conv as f64),
-                ("STRIDE", rows as f64),
-                ("W_OFF", off.conv_w.unwrap_or(0) as f64),
-                ("MODE", mode as f64),
-            ]
-        };
-        let bufs = [(0, &bf.qkv), (1, &lw.vecs), (2, conv_state), (3, &bf.lin)];
-        let channels = Grid::Fixed((cd as u32).div_ceil(256));
-        if batched {
-            // Every (token, channel) at once, then the state moved forward: a 512-token
-            // prefill spent 2.5 ms (H100, Qwen3.5-0.8B) walking the tokens channel by channel.
-            self.push("conv", Kernel::Conv1d, &conv(1), &bufs, Grid::Elems(cd as u32));
-            self.push("conv state", Kernel::Conv1d, &conv(2), &bufs, channels);
-        } else {
-            self.push("conv", Kernel::Conv1d, &conv(0), &bufs, channels);
-        }
-        let (nk, nv) = (l.key_heads as f64, l.value_heads as f64);
-        self.push(
-            "delta prep",
-            Kernel::DeltaPrep,
-            &[
-                ("NK", nk),
-                ("NV", nv),
-                ("DK", l.key_dim as f64),
-                ("DV", l.value_dim as f64),
-                ("STRIDE", rows as f64),
-                ("CONV_DIM", cd as f64),
-                ("DT_OFF", off.dt_bias.unwrap_or(0) as f64),
-                ("A_OFF", off.a_neg.unwrap_or(0) as f64),
-            ],
-            &[(0, &bf.lin), (1, &bf.qkv), (2, &bf.gates), (3, &lw.vecs)],
-            Grid::PerToken(2 * l.key_heads as u32 + 1),
-        );
-        let cb = l.column_block();
-        self.push(
-            "delta rule",
-            Kernel::DeltaRule,
-            &[
-                ("NK", nk),
-                ("NV", nv),
-                ("DK", l.key_dim as f64),
-                ("DV", l.value_dim as f64),
-                ("CB", cb as f64),
-                ("CONV_DIM", cd as f64),
-                ("TILED", b(l.tiled)),
-            ],
-            &[(0, &bf.lin), (1, &bf.gates), (2, delta_state), (4, &bf.attn)],
-            Grid::Fixed2(l.value_heads as u32, (l.value_dim / cb) as u32),
-        );
-        self.push(
-            "gated norm",
-            Kernel::GatedNorm,
-            &[
-                ("NV", nv),
-                ("DV", l.value_dim as f64),
-                ("STRIDE", rows as f64),
-                ("CONV_DIM", cd as f64),
-                ("GN_OFF", off.gnorm.unwrap_or(0) as f64),
-                ("EPS", self.cfg.rms_eps as f64),
-            ],
-            &[(0, &bf.qkv), (1, &bf.attn), (3, &lw.vecs)],
-            Grid::PerToken(l.value_heads as u32),
-        );
-        if batched {
-            self.matmul("o", &lw.wo, &bf.attn, out, &lw.vecs, None, acc);
-        } else {
-            self.matvec("o", &lw.wo, &bf.attn, out, &lw.vecs, None, acc as u32, 0.0, None, false, None);
-        }
-    }
-
-    /// Prefill: BitNet's sub-norm of `x` (rows of `width`) into `scratch` when the model has one
-    /// at `off`; returns the buffer the next matmul reads.
-    fn sub_norm<'b>(
-        &mut self,
-        x: &'b wgpu::Buffer,
-        vecs: &wgpu::Buffer,
-        off: Option<usize>,
-        scratch: &'b wgpu::Buffer,
-        width: usize,
-    ) -> &'b wgpu::Buffer {
-        let Some(off) = off else { return x };
-        self.norm_rows("sub norm", (x, vecs, off, scratch), width, false, false);
-        scratch
-    }
-
-    /// y = norm(x) (`add`: y += norm(x)), over every token or only the last.
-    fn rmsnorm(
-        &mut self,
-        x: &wgpu::Buffer,
-        vecs: &wgpu::Buffer,
-        off: usize,
-        y: &wgpu::Buffer,
-        last_only: bool,
-        add: bool,
-    ) {
-        self.norm_rows("norm", (x, vecs, off, y), self.cfg.hidden, last_only, add);
-    }
-
-    /// rmsnorm.wgsl over rows of `width` of `x` into `y`, with the weights at `off` in `vecs`.
-    fn norm_rows(
-        &mut self,
-        label: &'static str,
-        (x, vecs, off, y): (&wgpu::Buffer, &wgpu::Buffer, usize, &wgpu::Buffer),
-        width: usize,
-        last_only: bool,
-        add: bool,
-    ) {
-        let consts = [
-            ("H", width as f64),
-            ("EPS", self.cfg.rms_eps as f64),
-            ("LAST_ONLY", b(last_only)),
-            ("NW_OFF", off as f64),
-            ("W_OFFSET", self.cfg.norm_offset as f64),
-            ("ADD", b(add)),
-        ];
-        let grid = if last_only { Grid::Fixed(1) } else { Grid::Tokens };
-        self.push(label, Kernel::RmsNorm, &consts, &[(0, x), (1, vecs), (2, y)], grid);
     }
 }
 
@@ -834,265 +505,56 @@ pub fn build(
     context: usize,
     batched: bool,
 ) -> Result<Program> {
-    let mut p = Builder {
-        gpu,
-        cfg,
-        ops: Vec::new(),
-        step: &bf.step,
-        when: When::Always,
-        pick: None,
-        masked: false,
-        head: None,
-        offsets: w.offsets,
-        row_range: Vec::new(),
-        too_big: Default::default(),
-        a16: &bf.a16,
-    };
-    // 16 splits at most (the kernel's MSPLITS); none for models too wide to gain.
-    let mut short_max = (MERGE_MAX_VALUES / cfg.q_dim()).min(16) as u32 * 64;
-    // Attention whose splits merge themselves needs neither (Vulkan, attn_decode.wgsl FUSED).
-    let fused = gpu.pipelines.fused_attention && !batched;
-    if fused {
-        short_max = 0;
-    }
-    let (nh, nkv, hd) = (cfg.n_heads as f64, cfg.n_kv_heads as f64, cfg.head_dim as f64);
-    let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
-    let off = w.offsets;
-    // The fused decode q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
-    // needs the whole head first, so those models take the matvec + rope_kv route.
-    let fused_qkv = !batched && !cfg.qk_norm && !cfg.attn_gate;
-    // A gated or normed attention output needs the merged attention in memory: no merging
-    // inside the o-projection.
-    if cfg.attn_gate || cfg.sub_norms {
-        short_max = 0;
-    }
-
-    for (first, part) in w.embed.ranges() {
-        let [l0, l1, l2] = part.layout_constants();
-        let ids = (("ID0", first as f64), ("ID1", (first + part.rows) as f64));
-        p.push(
-            "embed",
-            Kernel::Embed,
-            &[l0, l1, l2, ("H", cfg.hidden as f64), ("SCALE", cfg.embed_scale as f64), ids.0, ids.1],
-            &[(0, &part.words), (1, &part.meta), (2, &bf.ids), (3, &bf.x)],
-            Grid::PerToken((cfg.hidden as u32 / 8).div_ceil(64)),
-        );
-    }
-    for (i, lw) in w.layers.iter().enumerate() {
-        let kv = &bf.kv[i];
-        let cap = bf.kv_cap[i] as f64;
-        let sliding = cfg.layer_sliding[i] && cfg.sliding_window > 0;
-        let rope = if cfg.layer_sliding[i] { bf.rope_local.as_ref().unwrap_or(&bf.rope) } else { &bf.rope };
-        let window = if sliding { cfg.sliding_window as f64 } else { 0.0 };
-        // Residual adds: fused into the projection, or (Gemma) through a norm of its output.
-        let (o_out, down_out) = if cfg.post_norms { (&bf.tmp, &bf.tmp) } else { (&bf.x, &bf.x) };
-        let acc = !cfg.post_norms;
-        if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
-            p.gated_deltanet(l, lw, bf, i, batched, o_out, acc);
-        } else {
-            if fused_qkv {
-                let blocks = (qd + 2 * kvd).div_ceil(4);
-                let (mut consts, wg, slices) = p.rowdot_consts(&lw.wqkv, blocks, off.attn_norm, off.qkv_bias, None);
-                consts.extend([
-                    ("QD", qd as f64),
-                    ("KVD", kvd as f64),
-                    ("HD", hd),
-                    ("ROT", cfg.rope_dim as f64),
-                    ("CAP", cap),
-                ]);
-                let bufs = [
-                    (0, &lw.wqkv.words),
-                    (1, &lw.wqkv.meta),
-                    (2, &bf.x),
-                    (3, &bf.qkv),
-                    (4, &lw.vecs),
-                    (6, kv),
-                    (7, rope),
-                ];
-                p.push(
-                    "qkv",
-                    Kernel::QkvRope,
-                    &consts,
-                    &bufs,
-                    Grid::Fixed(((qd + 2 * kvd) as u32).div_ceil((4 * wg / 32 / slices) as u32)),
-                );
-            } else {
-                if batched {
-                    p.rmsnorm(&bf.x, &lw.vecs, off.attn_norm, &bf.xn, false, false);
-                    p.matmul("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs, off.qkv_bias, false);
-                } else {
-                    p.matvec(
-                        "qkv",
-                        &lw.wqkv,
-                        &bf.x,
-                        &bf.qkv,
-                        &lw.vecs,
-                        Some(off.attn_norm),
-                        0,
-                        0.0,
-                        off.qkv_bias,
-                        false,
-                        None,
-                    );
-                }
-                p.push(
-                    "rope+kv",
-                    Kernel::RopeKv,
-                    &[
-                        ("HD", hd),
-                        ("ROT", cfg.rope_dim as f64),
-                        ("NH", nh),
-                        ("NKV", nkv),
-                        ("CAP", cap),
-                        ("QK_NORM", b(cfg.qk_norm)),
-                        ("Q_NORM_OFF", off.q_norm.unwrap_or(0) as f64),
-                        ("K_NORM_OFF", off.k_norm.unwrap_or(0) as f64),
-                        ("EPS", cfg.rms_eps as f64),
-                        ("NW_OFFSET", cfg.norm_offset as f64),
-                        ("QSTRIDE", cfg.attn_rows() as f64),
-                    ],
-                    &[(0, &bf.qkv), (3, kv), (4, &lw.vecs), (6, rope)],
-                    Grid::PerToken((cfg.n_heads + 2 * cfg.n_kv_heads) as u32),
-                );
-            }
-            let attn = [
-                ("HD", hd),
-                ("NH", nh),
-                ("NKV", nkv),
-                ("CTX", context as f64),
-                ("CAP", cap),
-                ("SCALE", cfg.attn_scale),
-                ("SOFTCAP", cfg.attn_softcap as f64),
-                ("WINDOW", window),
-                ("QSTRIDE", cfg.attn_rows() as f64),
-            ];
-            if batched {
-                let mut attn = attn.to_vec();
-                attn.push(("CAUSAL", b(cfg.causal)));
-                let (kernel, grid) = if p.coop_attention(cfg.head_dim, cap as usize, sliding) {
-                    (Kernel::AttentionCoop, Grid::QueryBlocks(cfg.n_heads as u32))
-                } else {
-                    (Kernel::Attention, Grid::PerToken(cfg.n_heads as u32))
-                };
-                p.push("attention", kernel, &attn, &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.attn)], grid);
-            } else {
-                let mut consts = attn[..8].to_vec();
-                consts.push(("FUSED", b(fused)));
-                p.push(
-                    "attention",
-                    Kernel::AttnDecode,
-                    &consts,
-                    &[(0, &bf.qkv), (1, kv), (2, kv), (3, &bf.part), (4, &bf.attn), (6, &bf.done)],
-                    Grid::Splits(cfg.n_heads as u32),
-                );
-            }
-            if batched {
-                p.attn_gate(bf);
-                let o_in = p.sub_norm(&bf.attn, &lw.vecs, off.attn_sub_norm, &bf.gu, qd);
-                p.matmul("o", &lw.wo, o_in, o_out, &lw.vecs, off.o_bias, acc);
-            } else if fused {
-                p.attn_gate(bf);
-                let n = off.attn_sub_norm;
-                p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, n, acc as u32, 0.0, off.o_bias, false, None);
-            } else {
-                // Deep caches merge the attention splits in their own dispatch; short ones inside
-                // the output projection, one dispatch fewer a layer.
-                p.when = When::Long;
-                p.push(
-                    "attn merge",
-                    Kernel::AttnCombine,
-                    &[("HD", hd), ("CTX", context as f64)],
-                    &[(0, &bf.part), (3, &bf.attn)],
-                    Grid::Fixed(cfg.n_heads as u32),
-                );
-                p.attn_gate(bf);
-                let n = off.attn_sub_norm;
-                p.matvec("o", &lw.wo, &bf.attn, o_out, &lw.vecs, n, acc as u32, 0.0, off.o_bias, false, None);
-                if short_max > 0 {
-                    p.when = When::Short;
-                    let merge = Some(context);
-                    p.matvec("o", &lw.wo, &bf.part, o_out, &lw.vecs, None, acc as u32, 0.0, off.o_bias, false, merge);
-                }
-                p.when = When::Always;
-            }
-        }
-        if let Some(pn) = off.post_attn_norm {
-            p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);
-        }
-        if batched {
-            p.rmsnorm(&bf.x, &lw.vecs, off.ffn_norm, &bf.xn, false, false);
-            p.matmul("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs, off.gate_up_bias, false);
-            p.push(
-                "glu",
-                Kernel::FfnAct,
-                &[("F", cfg.ffn as f64), ("GELU", b(cfg.gelu)), ("RELU2", b(cfg.relu2))],
-                &[(0, &bf.gu), (1, &bf.h)],
-                Grid::Elems(cfg.ffn as u32),
-            );
-            let down_in = p.sub_norm(&bf.h, &lw.vecs, off.ffn_sub_norm, &bf.gu, cfg.ffn);
-            p.matmul("down", &lw.w_down, down_in, down_out, &lw.vecs, off.down_bias, acc);
-        } else {
-            let (gu, gu_bias) = (&lw.w_gate_up, off.gate_up_bias);
-            p.matvec("gate+up+glu", gu, &bf.x, &bf.h, &lw.vecs, Some(off.ffn_norm), 2, 0.0, gu_bias, false, None);
-            let n = off.ffn_sub_norm;
-            p.matvec("down", &lw.w_down, &bf.h, down_out, &lw.vecs, n, acc as u32, 0.0, off.down_bias, false, None);
-        }
-        if let Some(pn) = off.post_ffn_norm {
-            p.rmsnorm(&bf.tmp, &lw.vecs, pn, &bf.x, false, true);
-        }
-    }
-    if batched {
-        p.head = Some(true);
-        p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xn, false, false);
-    }
-    p.head = Some(false);
-    let parts = if batched {
-        p.rmsnorm(&bf.x, &w.out_vecs, 0, &bf.xlast, true, false);
-        p.lm_head(w.lm_head(), &bf.xlast, &bf.logits, &w.out_vecs, false)
+    let mut r = Recorder::new(gpu, &bf.step);
+    let m = Model { cfg, w, bf, context };
+    // Attention whose splits merge themselves (Vulkan, attn_decode.wgsl FUSED) needs no merge;
+    // a gated or normed attention output needs the merged attention in memory; otherwise up to
+    // 16 splits (the kernel's MSPLITS), none for models too wide to gain.
+    let fused = r.caps.fused_attention && !batched;
+    let short_max = if fused || batched || cfg.attn_gate || cfg.sub_norms {
+        0
     } else {
-        p.lm_head(w.lm_head(), &bf.x, &bf.logits, &w.out_vecs, true)
+        (MERGE_MAX_VALUES / cfg.q_dim()).min(16) as u32 * 64
     };
-    p.pick = Some(false);
-    p.push(
-        "argmax",
-        Kernel::Argmax,
-        &[("V", cfg.vocab as f64), ("P", parts as f64)],
-        &[(0, &bf.logits), (1, &bf.ids), (2, &bf.tokens)],
-        Grid::Fixed(1),
-    );
+    for (first, part) in w.embed.ranges() {
+        elementwise::embed(&mut r, part, first, cfg.embed_scale, &bf.ids, &bf.x);
+    }
+    for i in 0..w.layers.len() {
+        if batched {
+            m.prefill_layer(&mut r, i);
+        } else {
+            m.decode_layer(&mut r, i, fused, short_max);
+        }
+    }
+    // Prefill for embeddings ends with every token's final norm; for generation with the LM
+    // head over the last token.
+    if batched {
+        r.filter.head = Some(true);
+        m.norm_rows(&mut r, "norm", (&bf.x, &w.out_vecs, 0, &bf.xn), cfg.hidden, false);
+    }
+    r.filter.head = Some(false);
+    let parts = if batched {
+        let (x, vecs, y, norm) = (&bf.x, &w.out_vecs, &bf.xlast, m.norm(0));
+        elementwise::rmsnorm(
+            &mut r,
+            NormRows { label: "norm", x, vecs, y, width: cfg.hidden, norm, last_only: true, add: false },
+        );
+        m.lm_head(&mut r, &bf.xlast, false)
+    } else {
+        m.lm_head(&mut r, &bf.x, true)
+    };
+    r.filter.pick = Some(false);
+    sample::argmax(&mut r, cfg.vocab, parts, &bf.logits, &bf.ids, &bf.tokens);
     // Decode steps may sample instead; prefill chunks never do (the first token comes from the
     // prompt's logits, read back).
-    p.pick = Some(true);
+    r.filter.pick = Some(true);
     if !batched {
-        p.masked = true;
-        p.push(
-            "mask",
-            Kernel::Mask,
-            &[("V", cfg.vocab as f64)],
-            &[(0, &bf.logits), (1, &bf.mask_bits)],
-            Grid::Elems(cfg.vocab as u32),
-        );
-        p.masked = false;
+        r.filter.masked = true;
+        sample::mask(&mut r, cfg.vocab, &bf.logits, &bf.mask_bits);
+        r.filter.masked = false;
+        let (logits, ids, tokens, state, params, counters) =
+            (&bf.logits, &bf.ids, &bf.tokens, &bf.sample_state, &bf.sample_params, &bf.sample_counters);
+        sample::sample(&mut r, cfg.vocab, Sample { logits, ids, tokens, state, params, counters });
     }
-    let sl = SampleLayout::new(cfg.vocab);
-    for (phase, wide) in PHASES.into_iter().filter(|_| !batched) {
-        let grid = Grid::Fixed(if wide { sl.nw as u32 } else { 1 });
-        let bufs = [
-            (0, &bf.logits),
-            (1, &bf.ids),
-            (2, &bf.tokens),
-            (3, &bf.sample_state),
-            (4, &bf.sample_params),
-            (6, &bf.sample_counters),
-        ];
-        p.push("sample", Kernel::Sample, &sl.consts(phase), &bufs, grid);
-    }
-    gpu.check().map_err(|e| Error::Gpu(format!("building the forward pass: {e}")))?;
-    if let Some(bytes) = p.too_big.get() {
-        return Err(Error::Limits(format!(
-            "a decode kernel needs {bytes} bytes of workgroup memory; the adapter allows {}",
-            gpu.limits.max_compute_workgroup_storage_size
-        )));
-    }
-    Ok(Program { ops: p.ops, short_max })
+    r.finish(short_max)
 }

@@ -6,7 +6,6 @@ pub mod forward;
 pub mod hf;
 pub mod hf_config;
 pub mod mlc;
-pub mod sampling;
 pub mod streamed;
 pub mod weights;
 

@@ -3,6 +3,8 @@
 //! seven phases after the LM head in place of greedy's argmax, so a sampled decode stays one
 //! submit a token with one id read back, pipelined like greedy.
 
+use super::{Grid, Recorder};
+use crate::gpu::Kernel;
 use crate::sampler::SamplingParams;
 
 /// Tokens per workgroup of the phases that split the vocabulary (sample.wgsl CHUNK).
@@ -108,4 +110,45 @@ pub fn params_bytes(p: &SamplingParams) -> [u8; 32] {
         flags,
     ];
     bytemuck::cast(words)
+}
+
+/// Greedy: the token with the largest logit (the first on ties, as torch.argmax) from the LM
+/// head's `parts` per-workgroup (max, index) pairs after the `vocab` logits, into `ids[0]` (the
+/// next step's input) and the step's ring slot of `tokens`.
+pub fn argmax(
+    r: &mut Recorder,
+    vocab: usize,
+    parts: u32,
+    logits: &wgpu::Buffer,
+    ids: &wgpu::Buffer,
+    tokens: &wgpu::Buffer,
+) {
+    let consts = [("V", vocab as f64), ("P", parts as f64)];
+    r.push("argmax", Kernel::Argmax, &consts, &[(0, logits), (1, ids), (2, tokens)], Grid::Fixed(1));
+}
+
+/// A constraint's allowed tokens (one bit each in `bits`): every other logit to -inf.
+pub fn mask(r: &mut Recorder, vocab: usize, logits: &wgpu::Buffer, bits: &wgpu::Buffer) {
+    r.push("mask", Kernel::Mask, &[("V", vocab as f64)], &[(0, logits), (1, bits)], Grid::Elems(vocab as u32));
+}
+
+/// The sampler's buffers: logits in, the token out (`ids[0]` and the ring slot of `tokens`), the
+/// scratch `state` (`SampleLayout`), the `params` uniform (`params_bytes`) and its counters.
+pub struct Sample<'a> {
+    pub logits: &'a wgpu::Buffer,
+    pub ids: &'a wgpu::Buffer,
+    pub tokens: &'a wgpu::Buffer,
+    pub state: &'a wgpu::Buffer,
+    pub params: &'a wgpu::Buffer,
+    pub counters: &'a wgpu::Buffer,
+}
+
+/// Every phase of sample.wgsl, in order.
+pub fn sample(r: &mut Recorder, vocab: usize, s: Sample) {
+    let sl = SampleLayout::new(vocab);
+    let bufs = [(0, s.logits), (1, s.ids), (2, s.tokens), (3, s.state), (4, s.params), (6, s.counters)];
+    for (phase, wide) in PHASES {
+        let grid = Grid::Fixed(if wide { sl.nw as u32 } else { 1 });
+        r.push("sample", Kernel::Sample, &sl.consts(phase), &bufs, grid);
+    }
 }

@@ -1,0 +1,277 @@
+//! Decode matrix-vector products (matvec.wgsl, qkv_rope.wgsl; both built on rowdot.wgsl): rows
+//! of four outputs per 32 invocations, the activation staged in workgroup memory (as 8-bit
+//! blocks where the adapter has integer dot products), a fused RMS norm of the input, and an
+//! epilogue (store, residual add, GLU), optionally the LM head's per-workgroup argmax.
+
+use super::{flag, Grid, Recorder};
+use crate::gpu::Kernel;
+use crate::model::weights::GpuMatrix;
+
+/// Decode matvecs split rows into slices while they have fewer workgroups than this. Measured on
+/// the H100 with integer activations, 96/132/200/264: 132 (its SM count) was best for the Phi-3
+/// shape (+1.5% over 96; 200 and up lost 3%), and within 1% of the best for the 1B shape.
+const MV_MIN_WORKGROUPS: usize = 132;
+
+/// What a matvec does with its outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    Store = 0,
+    /// y += W·x (the residual).
+    Add = 1,
+    /// y = act(gate) * up over rows [gate; up] (half as many outputs as rows).
+    Glu = 2,
+}
+
+/// The GLU's activation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Act {
+    pub gelu: bool,
+    pub relu2: bool,
+}
+
+impl Act {
+    pub(crate) fn consts(self) -> [(&'static str, f64); 2] {
+        [("GELU", flag(self.gelu)), ("RELU2", flag(self.relu2))]
+    }
+}
+
+/// An RMS norm of the input: weights at word `at` of the vecs buffer, plus `offset` (Gemma's 1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Norm {
+    pub at: usize,
+    pub eps: f32,
+    pub offset: f32,
+}
+
+/// The input is decode attention's split partials of a `context`-token cache, merged while
+/// staged (rowdot.wgsl MERGE).
+#[derive(Clone, Copy, Debug)]
+pub struct Merge {
+    pub context: usize,
+    pub head_dim: usize,
+    pub heads: usize,
+}
+
+/// One row range of a matrix streamed in several buffers (the LM head): its first row, all rows
+/// of y, and the first argmax workgroup.
+#[derive(Clone, Copy, Debug)]
+pub struct RowRange {
+    pub first: usize,
+    pub y_rows: usize,
+    pub wg0: usize,
+}
+
+/// y (+)= W · norm?(x) (+ bias), rows split as `shape` (invocations, slices) and x staged
+/// `x_tile` elements at a time when given (tests), else as the adapter fits best.
+pub struct MatVec<'a> {
+    pub label: &'static str,
+    pub w: &'a GpuMatrix,
+    pub x: &'a wgpu::Buffer,
+    pub y: &'a wgpu::Buffer,
+    pub vecs: &'a wgpu::Buffer,
+    pub norm: Option<Norm>,
+    pub epilogue: Epilogue,
+    pub act: Act,
+    /// Soft-cap of stored values (0: none).
+    pub softcap: f32,
+    /// Bias at this word of vecs.
+    pub bias: Option<usize>,
+    /// Each workgroup also leaves its largest value after y's rows.
+    pub argmax: bool,
+    pub merge: Option<Merge>,
+    pub rows: Option<RowRange>,
+    pub shape: Option<(usize, usize)>,
+    pub x_tile: Option<usize>,
+}
+
+impl<'a> MatVec<'a> {
+    pub fn new(
+        label: &'static str,
+        w: &'a GpuMatrix,
+        x: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+        vecs: &'a wgpu::Buffer,
+    ) -> Self {
+        MatVec {
+            label,
+            w,
+            x,
+            y,
+            vecs,
+            norm: None,
+            epilogue: Epilogue::Store,
+            act: Act::default(),
+            softcap: 0.0,
+            bias: None,
+            argmax: false,
+            merge: None,
+            rows: None,
+            shape: None,
+            x_tile: None,
+        }
+    }
+}
+
+/// Records `m`; returns its number of workgroups (the LM head's argmax pairs).
+pub fn matvec(r: &mut Recorder, m: MatVec) -> u32 {
+    let glu = m.epilogue == Epilogue::Glu;
+    let outputs = if glu { m.w.rows / 2 } else { m.w.rows };
+    let per_block = if glu { 2 } else { 4 };
+    let rd = RowDot { w: m.w, norm: m.norm, bias: m.bias, merge: m.merge, shape: m.shape, x_tile: m.x_tile };
+    let (mut consts, wg, slices) = rd.consts(r, outputs.div_ceil(per_block));
+    consts.extend([
+        ("N", m.w.rows as f64),
+        ("EPI", m.epilogue as u32 as f64),
+        ("NORM", flag(m.norm.is_some())),
+        ("SOFTCAP", m.softcap as f64),
+        ("ARGMAX", flag(m.argmax)),
+    ]);
+    consts.extend(m.act.consts());
+    if let Some(rr) = m.rows {
+        consts.extend([("ROW0", rr.first as f64), ("Y_ROWS", rr.y_rows as f64), ("WG0", rr.wg0 as f64)]);
+    }
+    let wgs = outputs.div_ceil(per_block * wg / 32 / slices) as u32;
+    // Past 65535 workgroups the kernel folds (x, y) into one index.
+    let gy = wgs.div_ceil(65535);
+    let bufs = [(0, &m.w.words), (1, &m.w.meta), (2, m.x), (3, m.y), (4, m.vecs)];
+    r.push(m.label, Kernel::MatVec, &consts, &bufs, Grid::Fixed2(wgs.div_ceil(gy), gy));
+    wgs.div_ceil(gy) * gy
+}
+
+/// Decode's fused first step of an attention layer (qkv_rope.wgsl): the norm, [q; k; v] =
+/// W·x (+ bias), q and k rotated as their row pairs come out, k and v appended to the cache.
+pub struct QkvRope<'a> {
+    pub w: &'a GpuMatrix,
+    pub x: &'a wgpu::Buffer,
+    pub qkv: &'a wgpu::Buffer,
+    pub vecs: &'a wgpu::Buffer,
+    pub kv: &'a wgpu::Buffer,
+    pub rope: &'a wgpu::Buffer,
+    pub norm: Norm,
+    pub bias: Option<usize>,
+    pub q_dim: usize,
+    pub kv_dim: usize,
+    pub head_dim: usize,
+    /// Rotated dimensions of a head.
+    pub rot: usize,
+    /// Cache slots.
+    pub cap: usize,
+    pub x_tile: Option<usize>,
+}
+
+pub fn qkv_rope(r: &mut Recorder, q: QkvRope) {
+    let rows = q.q_dim + 2 * q.kv_dim;
+    let rd = RowDot { w: q.w, norm: Some(q.norm), bias: q.bias, merge: None, shape: None, x_tile: q.x_tile };
+    let (mut consts, wg, slices) = rd.consts(r, rows.div_ceil(4));
+    consts.extend([
+        ("QD", q.q_dim as f64),
+        ("KVD", q.kv_dim as f64),
+        ("HD", q.head_dim as f64),
+        ("ROT", q.rot as f64),
+        ("CAP", q.cap as f64),
+    ]);
+    let bufs = [(0, &q.w.words), (1, &q.w.meta), (2, q.x), (3, q.qkv), (4, q.vecs), (6, q.kv), (7, q.rope)];
+    let grid = Grid::Fixed((rows as u32).div_ceil((4 * wg / 32 / slices) as u32));
+    r.push("qkv", Kernel::QkvRope, &consts, &bufs, grid);
+}
+
+/// What every rowdot.wgsl kernel shares.
+struct RowDot<'a> {
+    w: &'a GpuMatrix,
+    norm: Option<Norm>,
+    bias: Option<usize>,
+    merge: Option<Merge>,
+    shape: Option<(usize, usize)>,
+    x_tile: Option<usize>,
+}
+
+impl RowDot<'_> {
+    /// Override constants over `blocks` blocks of four rows: layout, row length, norm, bias,
+    /// workgroup shape, activation staging and the attention merge. Returns them with the
+    /// workgroup size and slices.
+    fn consts(&self, r: &mut Recorder, blocks: usize) -> (Vec<(&'static str, f64)>, usize, usize) {
+        let w = self.w;
+        let (wg, slices) = self.shape.unwrap_or_else(|| mv_shape(r, blocks, w.cols, w.layout.block()));
+        let norm = self.norm.unwrap_or(Norm { at: 0, eps: 0.0, offset: 0.0 });
+        let mut c = Vec::from(w.layout_constants());
+        c.extend(self.x_stage(r));
+        c.extend([
+            ("K", w.cols as f64),
+            ("NW_OFF", norm.at as f64),
+            ("EPS", norm.eps as f64),
+            ("NW_OFFSET", norm.offset as f64),
+            ("HAS_BIAS", flag(self.bias.is_some())),
+            ("BIAS_OFF", self.bias.unwrap_or(0) as f64),
+            ("WG", wg as f64),
+            ("S", slices as f64),
+            ("MERGE", flag(self.merge.is_some())),
+        ]);
+        // Without a merge the shader's defaults size its unused arrays.
+        if let Some(m) = self.merge {
+            c.extend([
+                ("MHD", m.head_dim as f64),
+                ("MNH", m.heads as f64),
+                ("MCAP", m.context.div_ceil(64) as f64),
+                ("MW_LEN", merge_weights(self.merge) as f64),
+            ]);
+        }
+        (c, wg, slices)
+    }
+
+    /// How the activation vector is staged in workgroup memory (rowdot.wgsl): as 8-bit blocks
+    /// where the adapter has integer dot products and the weights are quantized (2.5 bytes an
+    /// element), else as padded f32 (4.5 bytes an element). All of x when it fits beside the
+    /// kernel's other workgroup arrays, else tiles of a multiple of 256. KT, XS_LEN, XB_LEN, IDOT.
+    fn x_stage(&self, r: &mut Recorder) -> [(&'static str, f64); 4] {
+        let (k, layout) = (self.w.cols, self.w.layout);
+        let idot = r.caps.idot && layout.block() > 1;
+        let mw = merge_weights(self.merge);
+        let reserve = workgroup_bytes(r, 1, 5, mw);
+        let avail = r.caps.workgroup_storage.saturating_sub(reserve);
+        let max = if idot { avail * 2 / 5 } else { avail * 2 / 9 } / 256 * 256;
+        let kt = self.x_tile.unwrap_or(if k <= max { k } else { max.max(256) });
+        let (xs, xb) = if idot { (1, 5 * kt / 32) } else { (kt / 4 + kt / 32 + 1, 5) };
+        let bytes = workgroup_bytes(r, xs, xb, mw);
+        r.workgroup_bytes(bytes);
+        [("KT", kt as f64), ("XS_LEN", xs as f64), ("XB_LEN", xb as f64), ("IDOT", flag(idot))]
+    }
+}
+
+/// MW_LEN: room for the split weights of a merge (16 a head), else one placeholder.
+fn merge_weights(merge: Option<Merge>) -> usize {
+    merge.map_or(1, |m| m.heads * 16)
+}
+
+/// Workgroup memory of a rowdot.wgsl kernel for XS_LEN, XB_LEN and MW_LEN (keep in step with
+/// its `var<workgroup>` arrays and the reduction prelude's): xs, xb (16 bytes a slot), mw (8),
+/// ssg and parts (640), the argmax arrays (1 KiB), and without subgroups the reduction's `red`.
+fn workgroup_bytes(r: &Recorder, xs: usize, xb: usize, mw: usize) -> usize {
+    let reduce = if r.caps.subgroups { 0 } else { 4096 };
+    16 * xs + 16 * xb + 8 * mw + 640 + 1024 + reduce
+}
+
+/// Workgroup size and slices per row block for `blocks` blocks of four rows of length `k`.
+/// 256 invocations (x is staged once for more rows; smaller workgroups measured slower even
+/// for short rows), or 512 with integer activations where rows are long and the matrix tall
+/// enough to keep MV_MIN_WORKGROUPS of them: each workgroup quantizes all of x, so fewer,
+/// larger ones stage less (H100: Phi-3 shape +1.6%, Llama-3.1-8B +3%; rows of 896 lost 3%;
+/// the f32 path lost 4%). Subgroups only: the portable reduction holds 256. Long rows are
+/// split into slices until there are enough workgroups to spread over the GPU and keep
+/// loads in flight.
+fn mv_shape(r: &Recorder, blocks: usize, k: usize, block: usize) -> (usize, usize) {
+    let chunks = k / if block > 1 { 32 } else { 8 };
+    let can_big = r.caps.subgroups && r.caps.idot && block > 1 && r.caps.invocations >= 512 && k >= 2048;
+    let big = can_big && blocks >= 16 * MV_MIN_WORKGROUPS;
+    let wg = if big { 512 } else { 256 };
+    let mut slices = 1;
+    while slices < 8 && blocks * slices / (wg / 32) < MV_MIN_WORKGROUPS && chunks >= 64 * slices {
+        slices *= 2;
+    }
+    // Sliced rows longer than 8192 (more than four staging trips of 256 invocations): twice
+    // the invocations and slices, the same rows per workgroup, half the trips. Llama-3.1-8B's
+    // down projection (rows of 14336): +3.2%; rows of 8192 (1B, Phi-3): -0.5% / 0.
+    if can_big && !big && slices >= 2 && k > 8192 {
+        return (512, 2 * slices);
+    }
+    (wg, slices)
+}
