@@ -171,7 +171,7 @@ impl ChatTemplate {
     /// The fallback for a model of architecture `arch` without a template: Gemma's turns for the
     /// Gemma families (their tokens are in every Gemma vocabulary), ChatML otherwise.
     pub fn fallback(arch: &str, bos_token: &str, eos_token: &str) -> Self {
-        let src = if arch.starts_with("gemma") { GEMMA } else { CHATML };
+        let src = if crate::model::family::of(arch).is_some_and(|f| f.gemma) { GEMMA } else { CHATML };
         Self::new(src, bos_token, eos_token).expect("the built-in templates compile")
     }
 

@@ -396,11 +396,12 @@ pub struct SynthTensor {
 
 /// The tensor table of `shape` with matrices of type `ty`, in llama.cpp's names and ggml order.
 pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
+    use crate::model::family::tensor as t;
     let (h, q, kv, f) = (shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.ffn);
     // bitnet.cpp's I2_S files keep the embedding in F16 (the LM head ties to it).
     let embed_ty = if ty == GgmlType::I2_S { GgmlType::F16 } else { matrix_type(ty, h) };
     let embed =
-        SynthTensor { name: "token_embd.weight".into(), dims: vec![h, shape.vocab], ty: embed_ty, fill: Fill::Random };
+        SynthTensor { name: t::EMBED.gguf.into(), dims: vec![h, shape.vocab], ty: embed_ty, fill: Fill::Random };
     let mut out = vec![embed];
     let mut mat = |name: String, ne0: u64, ne1: u64| {
         out.push(SynthTensor { name, dims: vec![ne0, ne1], ty: matrix_type(ty, ne0), fill: Fill::Random })
@@ -411,40 +412,40 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
         if let Some(y) = linear(i) {
             let (conv_dim, vt) =
                 (2 * y.key_heads * y.key_dim + y.value_heads * y.value_dim, y.value_heads * y.value_dim);
-            mat(b("attn_qkv.weight"), h, conv_dim);
-            mat(b("attn_gate.weight"), h, vt);
-            mat(b("ssm_beta.weight"), h, y.value_heads);
-            mat(b("ssm_alpha.weight"), h, y.value_heads);
-            mat(b("ssm_out.weight"), vt, h);
+            mat(b(t::LIN_QKV.gguf), h, conv_dim);
+            mat(b(t::LIN_Z.gguf), h, vt);
+            mat(b(t::LIN_B.gguf), h, y.value_heads);
+            mat(b(t::LIN_A.gguf), h, y.value_heads);
+            mat(b(t::LIN_OUT.gguf), vt, h);
         } else if shape.hybrid.is_some() {
             // A gated attention's attn_q holds [q; gate] per head.
-            mat(b("attn_q.weight"), h, 2 * q);
-            mat(b("attn_k.weight"), h, kv);
-            mat(b("attn_v.weight"), h, kv);
+            mat(b(t::Q.gguf), h, 2 * q);
+            mat(b(t::K.gguf), h, kv);
+            mat(b(t::V.gguf), h, kv);
         } else if shape.fused {
-            mat(b("attn_qkv.weight"), h, q + 2 * kv);
+            mat(b(t::QKV.gguf), h, q + 2 * kv);
         } else {
-            mat(b("attn_q.weight"), h, q);
-            mat(b("attn_k.weight"), h, kv);
-            mat(b("attn_v.weight"), h, kv);
+            mat(b(t::Q.gguf), h, q);
+            mat(b(t::K.gguf), h, kv);
+            mat(b(t::V.gguf), h, kv);
         }
         if linear(i).is_none() {
-            mat(b("attn_output.weight"), q, h);
+            mat(b(t::O.gguf), q, h);
         }
         if shape.fused {
-            mat(b("ffn_up.weight"), h, 2 * f);
+            mat(b(t::GATE_UP.gguf), h, 2 * f);
         } else {
-            mat(b("ffn_gate.weight"), h, f);
-            mat(b("ffn_up.weight"), h, f);
+            mat(b(t::GATE.gguf), h, f);
+            mat(b(t::UP.gguf), h, f);
         }
-        mat(b("ffn_down.weight"), f, h);
+        mat(b(t::DOWN.gguf), f, h);
     }
     // The LM head last, as llama.cpp's converter writes it (and the loader reads it).
     if !shape.tied {
-        mat("output.weight".into(), h, shape.vocab);
+        mat(t::HEAD.gguf.into(), h, shape.vocab);
     }
     let vec = |name: String, n: u64, fill: Fill| SynthTensor { name, dims: vec![n], ty: GgmlType::F32, fill };
-    let mut small = vec![vec("output_norm.weight".into(), h, Fill::Const(1.0))];
+    let mut small = vec![vec(t::OUT_NORM.gguf.into(), h, Fill::Const(1.0))];
     if let Some(r) = &shape.llama3_rope {
         small.push(vec(
             "rope_freqs.weight".into(),
@@ -454,36 +455,36 @@ pub fn tensors(shape: &Shape, ty: GgmlType) -> Vec<SynthTensor> {
     }
     for i in 0..shape.layers {
         let b = |n: &str| format!("blk.{i}.{n}");
-        small.push(vec(b("attn_norm.weight"), h, Fill::Const(1.0)));
+        small.push(vec(b(t::ATTN_NORM.gguf), h, Fill::Const(1.0)));
         if shape.hybrid.is_some() {
             // Qwen3.5 files name the pre-FFN norm post_attention_norm.
-            small.push(vec(b("post_attention_norm.weight"), h, Fill::Const(1.0)));
+            small.push(vec(b(t::POST_ATTN_NORM.gguf), h, Fill::Const(1.0)));
             if let Some(y) = linear(i) {
                 let conv_dim = 2 * y.key_heads * y.key_dim + y.value_heads * y.value_dim;
                 small.push(SynthTensor {
-                    name: b("ssm_conv1d.weight"),
+                    name: b(t::CONV.gguf),
                     dims: vec![y.conv, conv_dim],
                     ty: GgmlType::F32,
                     fill: Fill::Const(0.25),
                 });
-                small.push(vec(b("ssm_dt.bias"), y.value_heads, Fill::Const(0.0)));
-                small.push(vec(b("ssm_a"), y.value_heads, Fill::Const(-1.0)));
-                small.push(vec(b("ssm_norm.weight"), y.value_dim, Fill::Const(1.0)));
+                small.push(vec(b(t::DT_BIAS.gguf), y.value_heads, Fill::Const(0.0)));
+                small.push(vec(b(t::A.gguf), y.value_heads, Fill::Const(-1.0)));
+                small.push(vec(b(t::LIN_NORM.gguf), y.value_dim, Fill::Const(1.0)));
             } else {
-                small.push(vec(b("attn_q_norm.weight"), shape.head_dim, Fill::Const(1.0)));
-                small.push(vec(b("attn_k_norm.weight"), shape.head_dim, Fill::Const(1.0)));
+                small.push(vec(b(t::Q_NORM.gguf), shape.head_dim, Fill::Const(1.0)));
+                small.push(vec(b(t::K_NORM.gguf), shape.head_dim, Fill::Const(1.0)));
             }
             continue;
         }
-        small.push(vec(b("ffn_norm.weight"), h, Fill::Const(1.0)));
+        small.push(vec(b(t::FFN_NORM.gguf), h, Fill::Const(1.0)));
         if shape.sub_norms {
-            small.push(vec(b("attn_sub_norm.weight"), q, Fill::Const(1.0)));
-            small.push(vec(b("ffn_sub_norm.weight"), f, Fill::Const(1.0)));
+            small.push(vec(b(t::ATTN_SUB_NORM.gguf), q, Fill::Const(1.0)));
+            small.push(vec(b(t::FFN_SUB_NORM.gguf), f, Fill::Const(1.0)));
         }
         if shape.qkv_bias {
-            small.push(vec(b("attn_q.bias"), q, Fill::Const(0.0)));
-            small.push(vec(b("attn_k.bias"), kv, Fill::Const(0.0)));
-            small.push(vec(b("attn_v.bias"), kv, Fill::Const(0.0)));
+            small.push(vec(b(t::Q_BIAS.gguf), q, Fill::Const(0.0)));
+            small.push(vec(b(t::K_BIAS.gguf), kv, Fill::Const(0.0)));
+            small.push(vec(b(t::V_BIAS.gguf), kv, Fill::Const(0.0)));
         }
     }
     // Small tensors first, then the matrices, layer by layer (as in converted files, roughly).

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::bounds;
+use crate::model::family::{self, Bias, Family, Sliding};
 use crate::weights::gguf::GgufFile;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -98,7 +99,7 @@ pub enum RopeDynamic {
 /// Which layers use the sliding window, the way llama.cpp sets them for each architecture:
 /// Gemma 2 alternates starting with a sliding layer, Gemma 3 has (pattern - 1) sliding layers
 /// per full one, Mistral-style files slide everywhere when they name a window.
-fn gguf_sliding_layers(g: &GgufFile, arch: &str, n_layers: usize) -> Result<Vec<bool>> {
+fn gguf_sliding_layers(g: &GgufFile, arch: &str, fam: &Family, n_layers: usize) -> Result<Vec<bool>> {
     let window = count(g, &format!("{arch}.attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0);
     if window == 0 {
         return Ok(vec![false; n_layers]);
@@ -112,9 +113,9 @@ fn gguf_sliding_layers(g: &GgufFile, arch: &str, n_layers: usize) -> Result<Vec<
         }
         return Ok(flags);
     }
-    let pattern = match arch {
-        "gemma2" => 2,
-        "gemma3" | "gemma-embedding" => count(g, &key, bounds::PATTERN)?.unwrap_or(6),
+    let pattern = match fam.sliding {
+        Sliding::Every(n) => n,
+        Sliding::EveryKey(n) => count(g, &key, bounds::PATTERN)?.unwrap_or(n),
         _ => 0,
     };
     Ok((0..n_layers).map(|il| pattern == 0 || il % pattern < pattern - 1).collect())
@@ -125,9 +126,10 @@ fn gguf_sliding_layers(g: &GgufFile, arch: &str, n_layers: usize) -> Result<Vec<
 fn gguf_linear_layers(
     g: &GgufFile,
     arch: &str,
+    fam: &Family,
     n_layers: usize,
 ) -> Result<(Option<crate::model::hf_config::LinearAttn>, Vec<bool>)> {
-    if arch != "qwen35" {
+    if !fam.hybrid {
         return Ok((None, vec![false; n_layers]));
     }
     let k = |s: &str| format!("{arch}.{s}");
@@ -172,24 +174,17 @@ impl ModelConfig {
             .get_str("general.architecture")?
             .ok_or_else(|| Error::Model(format!("{}: missing general.architecture", g.name)))?
             .to_string();
+        let fam = family::by_gguf(&arch).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "architecture {arch:?} (GGUF files of {} run)",
+                family::names(|f| f.gguf.to_vec())
+            ))
+        })?;
         // llama.cpp stores Llama q/k rows permuted into (2i, 2i+1) rotary pairs; the other
         // families keep the NeoX halves, which the loader reorders.
-        let (rope_neox, qkv_bias) = match arch.as_str() {
-            // BitNet b1.58 files (llama.cpp's `bitnet`, bitnet.cpp's `bitnet-b1.58`) rotate pairs too.
-            "llama" | "mistral" | "bitnet" | "bitnet-b1.58" => (false, false),
-            "qwen2" => (true, true),
-            // EmbeddingGemma as llama.cpp writes it: Gemma 3 attending both ways.
-            "qwen3" | "qwen35" | "phi3" | "gemma2" | "gemma3" | "gemma-embedding" => (true, false),
-            other => {
-                return Err(Error::Unsupported(format!(
-                    "architecture {other:?} (GGUF files of llama, mistral, qwen2, qwen3, qwen35, phi3, gemma2, gemma3, gemma-embedding and bitnet run)"
-                )))
-            }
-        };
-        let gemma = arch.starts_with("gemma");
-        let bitnet = arch.starts_with("bitnet");
-        // llama.cpp runs gemma-embedding without the causal mask whatever the file says.
-        let causal = g.get_bool(&format!("{arch}.attention.causal"))?.unwrap_or(arch != "gemma-embedding");
+        let rope_neox = !fam.gguf_rope_pairs;
+        let gemma = fam.gemma;
+        let causal = g.get_bool(&format!("{arch}.attention.causal"))?.unwrap_or(!fam.gguf_bidirectional);
         let k = |s: &str| format!("{arch}.{s}");
         // Qwen3.5 files may append multi-token-prediction blocks, which generation does not use.
         let nextn = count(g, &k("nextn_predict_layers"), bounds::LAYERS)?.unwrap_or(0);
@@ -197,7 +192,7 @@ impl ModelConfig {
             .checked_sub(nextn)
             .filter(|&n| n > 0)
             .ok_or_else(|| Error::Model(format!("{}: {} prediction layers leave no decoder layer", g.name, nextn)))?;
-        let (linear, layer_linear) = gguf_linear_layers(g, &arch, n_layers)?;
+        let (linear, layer_linear) = gguf_linear_layers(g, &arch, fam, n_layers)?;
         let hidden = need(g, &k("embedding_length"), bounds::HIDDEN)?;
         let n_heads = need(g, &k("attention.head_count"), bounds::HEADS)?;
         let n_kv_heads = count(g, &k("attention.head_count_kv"), bounds::HEADS)?.unwrap_or(n_heads);
@@ -255,33 +250,34 @@ impl ModelConfig {
             norm_offset: 0.0,
             embed_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
             gelu: gemma,
-            relu2: bitnet,
-            sub_norms: bitnet,
+            // BitNet b1.58 files: ReLU² comes with the sub-norms.
+            relu2: fam.sub_norms,
+            sub_norms: fam.sub_norms,
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
             attn_softcap: real(g, &k("attn_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             final_softcap: real(g, &k("final_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
-            qk_norm: matches!(arch.as_str(), "qwen3" | "qwen35" | "gemma3" | "gemma-embedding"),
-            post_norms: gemma,
+            qk_norm: fam.qk_norm,
+            post_norms: fam.post_norms,
             // A bidirectional file keeps the configured window W, which transformers applies as
             // |i - j| < W / 2 + 1 (as from_hf does).
             sliding_window: match (count(g, &k("attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0), causal) {
                 (w, false) if w > 0 => w / 2 + 1,
                 (w, _) => w,
             },
-            layer_sliding: gguf_sliding_layers(g, &arch, n_layers)?,
+            layer_sliding: gguf_sliding_layers(g, &arch, fam, n_layers)?,
             rope_linear_scale,
             // Biases are where the file has them (llama.cpp writes whichever the model had).
-            qkv_bias: qkv_bias || g.tensor("blk.0.attn_q.bias").is_some(),
+            qkv_bias: fam.qkv_bias == Bias::Always || g.tensor("blk.0.attn_q.bias").is_some(),
             o_bias: g.tensor("blk.0.attn_output.bias").is_some(),
             mlp_bias: g.tensor("blk.0.ffn_down.bias").is_some(),
             tied_embeddings: g.tensor("output.weight").is_none(),
             causal,
             linear,
             layer_linear,
-            attn_gate: arch == "qwen35",
+            attn_gate: fam.hybrid,
         };
         let mut cfg = cfg;
-        if arch == "gemma3" || arch == "gemma-embedding" {
+        if fam.local_rope {
             // Gemma 3's local layers rotate with their own base and no scaling (llama.cpp: 10000
             // unless the file says otherwise); the global ones use freq_base and the scale.
             let local_base = real(g, &k("rope.freq_base_swa"), bounds::positive)?.unwrap_or(10000.0);
@@ -424,18 +420,13 @@ impl ModelConfig {
     pub fn from_hf(h: &super::hf_config::HfConfig) -> Result<ModelConfig> {
         use super::hf_config::LayerKind;
         let family = h.model_type.as_str();
-        let gemma = matches!(family, "gemma2" | "gemma3" | "gemma3_text" | "gemma");
-        // Qwen3.5's RMSNorms are zero-centred, (1 + w), like Gemma's.
-        let centred = gemma || family.starts_with("qwen3_5");
-        match family {
-            "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_5" | "qwen3_5_text" | "phi3" | "gemma" | "gemma2"
-            | "gemma3" | "gemma3_text" | "bitnet" => {}
-            other => {
-                return Err(Error::Unsupported(format!(
-                "model_type {other:?} (supported: llama, mistral, qwen2, qwen3, qwen3_5, phi3, gemma2, gemma3, bitnet)"
-            )))
-            }
-        }
+        let fam = family::by_hf(family).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "model_type {family:?} (supported: {})",
+                family::names(|f| f.hf.iter().copied().take(1).collect())
+            ))
+        })?;
+        let gemma = fam.gemma;
         let n_layers = h.num_hidden_layers;
         let rope_dim = h.rope_dim(&h.rope);
         let rope_inv = h.rope_inv_freq(LayerKind::Full, None)?;
@@ -448,7 +439,7 @@ impl ModelConfig {
             ("longrope", Some(orig)) => Some(RopeDynamic::LongRope {
                 original: orig as usize,
                 long: h.rope_inv_freq(LayerKind::Full, Some(orig + 1))?,
-                recompute: family == "phi3",
+                recompute: fam.longrope_recompute,
             }),
             ("dynamic", _) => Some(RopeDynamic::Ntk {
                 max_positions: h.max_position_embeddings as usize,
@@ -463,7 +454,7 @@ impl ModelConfig {
         } else {
             vec![h.sliding_window.is_some(); n_layers]
         };
-        if family == "bitnet" && !h.intermediate_size.is_multiple_of(8) {
+        if fam.sub_norms && !h.intermediate_size.is_multiple_of(8) {
             // The FFN sub-norm averages over the padded width the kernels would use.
             return Err(Error::Unsupported(format!(
                 "BitNet with intermediate size {} (a multiple of 8 is needed)",
@@ -507,11 +498,11 @@ impl ModelConfig {
             rope_local_inv,
             rope_attn_factor: h.rope_attention_factor(LayerKind::Full),
             rope_dynamic,
-            norm_offset: if centred { 1.0 } else { 0.0 },
+            norm_offset: if fam.centred_norms { 1.0 } else { 0.0 },
             embed_scale: if gemma { (h.hidden_size as f32).sqrt() } else { 1.0 },
             gelu,
             relu2: act == "relu2",
-            sub_norms: family == "bitnet",
+            sub_norms: fam.sub_norms,
             attn_scale: 1.0 / h.query_pre_attn_scalar.unwrap_or(h.head_dim as f64).sqrt(),
             attn_softcap: h.attn_logit_softcapping.unwrap_or(0.0) as f32,
             // Gemma3ForConditionalGeneration (the multimodal wrapper, which AutoModelForCausalLM
@@ -523,7 +514,7 @@ impl ModelConfig {
             },
             qk_norm: h.qk_norm,
             // Gemma 1 has Llama's two norms per layer; Gemma 2/3 add the post-norms.
-            post_norms: gemma && family != "gemma",
+            post_norms: fam.post_norms,
             // transformers turns a bidirectional model's window W into |i - j| < W / 2 + 1
             // (Gemma3TextConfig.__post_init__); config.json keeps W.
             sliding_window: match (h.sliding_window, h.bidirectional) {

@@ -5,9 +5,10 @@
 //! safetensors shards.
 
 use super::config::ModelConfig;
+use super::family::tensor;
 use super::hf_config::{GenerationConfig, HfConfig, TokenizerConfig};
 use super::streamed::StreamedMatrix;
-use super::weights::{LayerParts, LayerWeights, LinearParts, ModelWeights};
+use super::weights::{LayerSpec, LayerWeights, ModelWeights, Names, Shape};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::weights::pack::{self, Layout, Packed};
@@ -79,47 +80,8 @@ pub struct HfModel<S> {
     norms_plus_one: bool,
 }
 
-/// The tensor names of one layer with the shapes the config implies.
-struct LayerSpec {
-    /// [q; k; v] parts (or the fused qkv_proj) as (name, rows); columns: hidden.
-    qkv: Vec<(String, usize)>,
-    /// q, k, v biases as (name, length).
-    qkv_bias: Vec<(String, usize)>,
-    q_norm: Option<String>,
-    k_norm: Option<String>,
-    o: String,
-    /// [gate; up] parts (or the fused gate_up_proj) as (name, rows); columns: hidden.
-    gate_up: Vec<(String, usize)>,
-    down: String,
-    attn_norm: String,
-    ffn_norm: String,
-    post_attn_norm: Option<String>,
-    post_ffn_norm: Option<String>,
-    /// Output projection bias (length hidden).
-    o_bias: Option<String>,
-    /// Gate and up biases (length intermediate each), down bias (length hidden).
-    gate_up_bias: Vec<String>,
-    down_bias: Option<String>,
-    /// Columns of the output projection (q_dim, or a Gated DeltaNet's value heads).
-    o_cols: usize,
-    /// A Gated DeltaNet layer's small tensors: conv1d weight ([channels, 1, taps]), dt_bias,
-    /// A_log, the gated norm's weight.
-    linear: Option<[String; 4]>,
-    /// BitNet's attention and FFN sub-norms.
-    sub_norms: Option<[String; 2]>,
-}
-
 /// (tensor name, rows) of each part of one GPU matrix buffer, and the shared column count.
 type MatrixSpec = (String, Vec<(String, usize)>, usize);
-
-/// A tensor's expected shape: rows x columns, or a vector's length.
-#[derive(Clone, Copy)]
-enum Shape {
-    Matrix(usize, usize),
-    Vector(usize),
-    /// A depthwise convolution's weight [channels, 1, taps], read as a vector.
-    Conv(usize, usize),
-}
 
 fn shape_dims(s: Shape) -> Vec<usize> {
     match s {
@@ -274,82 +236,16 @@ impl<S: AsyncSource> HfModel<S> {
     }
 
     fn layer_spec(&self, i: usize) -> LayerSpec {
-        let c = &self.cfg;
         // Shapes in the file: the intermediate size before padding (see `layer`).
-        let (qd, kvd, f) = (c.q_dim(), c.kv_dim(), self.hf.intermediate_size);
-        let n = |s: &str| format!("{}layers.{i}.{s}", self.prefix);
-        let lin = c.linear.filter(|_| c.layer_linear[i]);
-        // A gated attention's q_proj gives a gate per head beside each query head.
-        let q_rows = if c.attn_gate { 2 * qd } else { qd };
-        let qkv = if let Some(l) = lin {
-            vec![
-                (n("linear_attn.in_proj_qkv.weight"), l.conv_dim()),
-                (n("linear_attn.in_proj_z.weight"), l.v_total()),
-                (n("linear_attn.in_proj_b.weight"), l.value_heads),
-                (n("linear_attn.in_proj_a.weight"), l.value_heads),
-            ]
-        } else if self.has(&n("self_attn.qkv_proj.weight")) {
-            vec![(n("self_attn.qkv_proj.weight"), qd + 2 * kvd)]
-        } else {
-            vec![
-                (n("self_attn.q_proj.weight"), q_rows),
-                (n("self_attn.k_proj.weight"), kvd),
-                (n("self_attn.v_proj.weight"), kvd),
-            ]
-        };
-        let qkv_bias = if c.qkv_bias && lin.is_none() && self.has(&n("self_attn.qkv_proj.bias")) {
-            // MLC fuses the biases with the weights (Qwen's c_attn).
-            vec![(n("self_attn.qkv_proj.bias"), qd + 2 * kvd)]
-        } else if c.qkv_bias && lin.is_none() {
-            vec![(n("self_attn.q_proj.bias"), qd), (n("self_attn.k_proj.bias"), kvd), (n("self_attn.v_proj.bias"), kvd)]
-        } else {
-            vec![]
-        };
-        let gate_up = if self.has(&n("mlp.gate_up_proj.weight")) {
-            vec![(n("mlp.gate_up_proj.weight"), 2 * f)]
-        } else {
-            vec![(n("mlp.gate_proj.weight"), f), (n("mlp.up_proj.weight"), f)]
-        };
-        // Llama-style files call the pre-FFN norm post_attention_layernorm; Gemma has both.
-        let (ffn_norm, post_attn_norm, post_ffn_norm) = if c.post_norms {
-            (
-                n("pre_feedforward_layernorm.weight"),
-                Some(n("post_attention_layernorm.weight")),
-                Some(n("post_feedforward_layernorm.weight")),
-            )
-        } else {
-            (n("post_attention_layernorm.weight"), None, None)
-        };
-        // A Gated DeltaNet layer mixes tokens with its own tensors instead of attention's.
-        let a = |s: &str| n(&format!("linear_attn.{s}"));
-        let attn = lin.is_none();
-        LayerSpec {
-            o_cols: lin.map_or(qd, |l| l.v_total()),
-            linear: lin.map(|_| [a("conv1d.weight"), a("dt_bias"), a("A_log"), a("norm.weight")]),
-            sub_norms: c.sub_norms.then(|| [n("self_attn.attn_sub_norm.weight"), n("mlp.ffn_sub_norm.weight")]),
-            o_bias: (c.o_bias && attn).then(|| n("self_attn.o_proj.bias")),
-            gate_up_bias: if c.mlp_bias { vec![n("mlp.gate_proj.bias"), n("mlp.up_proj.bias")] } else { vec![] },
-            down_bias: c.mlp_bias.then(|| n("mlp.down_proj.bias")),
-            qkv,
-            qkv_bias,
-            q_norm: (c.qk_norm && attn).then(|| n("self_attn.q_norm.weight")),
-            k_norm: (c.qk_norm && attn).then(|| n("self_attn.k_norm.weight")),
-            o: if attn { n("self_attn.o_proj.weight") } else { a("out_proj.weight") },
-            gate_up,
-            down: n("mlp.down_proj.weight"),
-            attn_norm: n("input_layernorm.weight"),
-            ffn_norm,
-            post_attn_norm,
-            post_ffn_norm,
-        }
+        LayerSpec::new(&self.cfg, i, self.hf.intermediate_size, Names::Hf(self.prefix), &|n| self.has(n))
     }
 
     fn embed_name(&self) -> String {
-        format!("{}embed_tokens.weight", self.prefix)
+        Names::Hf(self.prefix).global(tensor::EMBED)
     }
 
     fn norm_name(&self) -> String {
-        format!("{}norm.weight", self.prefix)
+        Names::Hf(self.prefix).global(tensor::OUT_NORM)
     }
 
     /// Every matrix as (GPU buffer name, parts as (tensor, rows), columns); parts of one buffer
@@ -392,7 +288,7 @@ impl<S: AsyncSource> HfModel<S> {
             for n in [l.q_norm.as_ref(), l.k_norm.as_ref()] {
                 n.into_iter().for_each(|n| one(n.clone(), c.head_dim));
             }
-            for (n, shape) in self.linear_shapes(&l) {
+            for (n, shape) in l.linear_shapes(c) {
                 out.push((n, shape_dims(shape)));
             }
             for (n, len) in l.sub_norms.iter().flat_map(|[a, f]| [(a, c.q_dim()), (f, self.hf.intermediate_size)]) {
@@ -400,17 +296,6 @@ impl<S: AsyncSource> HfModel<S> {
             }
         }
         out
-    }
-
-    /// A Gated DeltaNet layer's small tensors with their shapes (none for other layers).
-    fn linear_shapes(&self, l: &LayerSpec) -> Vec<(String, Shape)> {
-        let (Some([conv, dt, a, norm]), Some(lin)) = (&l.linear, self.cfg.linear) else { return Vec::new() };
-        vec![
-            (conv.clone(), Shape::Conv(lin.conv_dim(), lin.conv)),
-            (dt.clone(), Shape::Vector(lin.value_heads)),
-            (a.clone(), Shape::Vector(lin.value_heads)),
-            (norm.clone(), Shape::Vector(lin.value_dim)),
-        ]
     }
 
     /// How matrix `name` ([rows, cols] as a float matrix) is stored, checked against the
@@ -704,7 +589,7 @@ impl<S: AsyncSource> HfModel<S> {
             Item::Norm => vec![self.norm_name()],
             Item::Head => self.head.iter().map(|h| h.to_string()).collect(),
             Item::Layer(i) => {
-                let prefix = format!("{}layers.{i}.", self.prefix);
+                let prefix = Names::Hf(self.prefix).layer_prefix(i);
                 return self
                     .st
                     .shards
@@ -728,45 +613,17 @@ impl<S: AsyncSource> HfModel<S> {
     /// needed twice), then fused and uploaded.
     async fn layer(&self, gpu: &Gpu, i: usize, q: Quantize, on_read: &mut dyn FnMut(u64)) -> Result<LayerWeights> {
         let c = &self.cfg;
-        let h = c.hidden;
         // The kernels step through rows 8 values at a time: an intermediate size that is not a
         // multiple of 8 is padded with zero gate/up rows (after each of gate and up) and zero
         // down columns. Exact: the padded units compute act(0 + 0) * 0 = 0.
         let (fh, f) = (self.hf.intermediate_size, c.ffn);
         let l = self.layer_spec(i);
-        let mut jobs: Vec<(&str, Shape)> = Vec::new();
-        for (n, rows) in l.qkv.iter().chain(&l.gate_up) {
-            jobs.push((n, Shape::Matrix(*rows, h)));
-        }
-        jobs.push((&l.o, Shape::Matrix(h, l.o_cols)));
-        let linear_jobs = self.linear_shapes(&l);
-        for (n, shape) in &linear_jobs {
-            jobs.push((n, *shape));
-        }
-        if let Some([a, f]) = &l.sub_norms {
-            jobs.push((a, Shape::Vector(c.q_dim())));
-            jobs.push((f, Shape::Vector(fh)));
-        }
-        jobs.push((&l.down, Shape::Matrix(h, fh)));
-        for (n, len) in &l.qkv_bias {
-            jobs.push((n, Shape::Vector(*len)));
-        }
-        for n in l.o_bias.iter().chain(&l.down_bias) {
-            jobs.push((n, Shape::Vector(h)));
-        }
-        for n in &l.gate_up_bias {
-            jobs.push((n, Shape::Vector(fh)));
-        }
-        for n in [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()] {
-            jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(h))));
-        }
-        for n in [l.q_norm.as_ref(), l.k_norm.as_ref()] {
-            jobs.extend(n.map(|n| (n.as_str(), Shape::Vector(c.head_dim))));
-        }
+        let mut jobs = l.jobs(c);
         jobs.sort_by_key(|(n, _)| (self.st.shard_of(n), self.st.get(n).map(|t| t.2.offset)));
         let mut mats = std::collections::HashMap::new();
         let mut vecs = std::collections::HashMap::new();
         for (name, shape) in jobs {
+            let name = name.as_str();
             match shape {
                 Shape::Matrix(rows, cols) if fh != f && l.gate_up.iter().any(|(g, _)| g == name) => {
                     // gate and up (or both halves of a fused gate_up_proj), each padded to f rows.
@@ -792,36 +649,7 @@ impl<S: AsyncSource> HfModel<S> {
                 }
             }
         }
-        let gate_up: Vec<Packed> = l.gate_up.iter().flat_map(|(n, _)| mats.remove(n).expect("read above")).collect();
-        let mut mat = |n: &str| mats.remove(n).and_then(|mut v| v.pop()).expect("read above");
-        let mut vec = |n: &str| vecs.remove(n).expect("read above");
-        let linear = l.linear.as_ref().map(|[conv, dt, a, norm]| LinearParts {
-            conv_w: vec(conv),
-            dt_bias: vec(dt),
-            a_neg: vec(a).iter().map(|&a| -(a as f64).exp() as f32).collect(),
-            norm: vec(norm),
-        });
-        let sub_norms = l.sub_norms.as_ref().map(|[a, f]| (vec(a), vec(f)));
-        let parts = LayerParts {
-            sub_norms,
-            linear,
-            o_bias: l.o_bias.as_deref().map(&mut vec),
-            gate_up_bias: (!l.gate_up_bias.is_empty()).then(|| {
-                l.gate_up_bias.iter().flat_map(|n| vec(n).into_iter().chain(std::iter::repeat(0.0)).take(f)).collect()
-            }),
-            down_bias: l.down_bias.as_deref().map(&mut vec),
-            attn_norm: vec(&l.attn_norm),
-            ffn_norm: vec(&l.ffn_norm),
-            qkv: l.qkv.iter().map(|(n, _)| mat(n)).collect(),
-            qkv_bias: (!l.qkv_bias.is_empty()).then(|| l.qkv_bias.iter().flat_map(|(n, _)| vec(n)).collect()),
-            q_norm: l.q_norm.as_deref().map(&mut vec),
-            k_norm: l.k_norm.as_deref().map(&mut vec),
-            o: mat(&l.o),
-            gate_up,
-            down: mat(&l.down),
-            post_attn_norm: l.post_attn_norm.as_deref().map(&mut vec),
-            post_ffn_norm: l.post_ffn_norm.as_deref().map(&mut vec),
-        };
+        let parts = l.assemble(mats, vecs, f);
         parts.upload(gpu, c, &format!("layer {i}"))
     }
 
@@ -884,7 +712,7 @@ fn pad_rows<T: Copy + Default>(x: &[T], row_len: usize, n: usize, rows: usize, p
 /// transformers 5) for the multimodal wrapper, whose vision tensors are then ignored.
 fn text_prefix<S>(st: &SafetensorsModel<S>) -> Result<&'static str> {
     const PREFIXES: [&str; 5] = ["model.", "language_model.model.", "model.language_model.", "language_model.", ""];
-    PREFIXES.into_iter().find(|p| st.get(&format!("{p}embed_tokens.weight")).is_some()).ok_or_else(|| {
+    PREFIXES.into_iter().find(|p| st.get(&Names::Hf(p).global(tensor::EMBED)).is_some()).ok_or_else(|| {
         Error::Model("missing tensor model.embed_tokens.weight (no token embedding under any known prefix)".into())
     })
 }
@@ -894,7 +722,7 @@ fn text_prefix<S>(st: &SafetensorsModel<S>) -> Result<&'static str> {
 /// head and warns); no head in the file: the embedding.
 async fn head_tensor<S: AsyncSource>(
     st: &SafetensorsModel<S>,
-    prefix: &str,
+    prefix: &'static str,
     tied: bool,
 ) -> Result<Option<&'static str>> {
     let Some(head) = ["lm_head.weight", "language_model.lm_head.weight"].into_iter().find(|n| st.get(n).is_some())
@@ -904,7 +732,7 @@ async fn head_tensor<S: AsyncSource>(
     if !tied {
         return Ok(Some(head));
     }
-    let embed = format!("{prefix}embed_tokens.weight");
+    let embed = Names::Hf(prefix).global(tensor::EMBED);
     let (Some((_, _, a)), Some((_, _, b))) = (st.get(head), st.get(&embed)) else { return Ok(Some(head)) };
     if a.dtype != b.dtype || a.shape != b.shape {
         return Ok(Some(head));

@@ -7,6 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::bounds;
+use crate::model::family::{self, Bias, Family, Sliding};
 use serde_json::{Map, Value};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,8 +218,8 @@ impl HfConfig {
         }
         let o = Obj(&merged);
         let model_type = o.str("model_type")?.unwrap_or("").to_string();
-        let family = model_type.trim_end_matches("_text");
-        let gemma = family.starts_with("gemma");
+        let fam = family::by_hf(&model_type).unwrap_or(&family::OTHER);
+        let gemma = fam.gemma;
         let hidden_size = o.need("hidden_size", bounds::HIDDEN)?;
         let num_attention_heads = o.need("num_attention_heads", bounds::HEADS)?;
         let num_key_value_heads = o.count("num_key_value_heads", bounds::HEADS)?.unwrap_or(num_attention_heads);
@@ -234,19 +235,18 @@ impl HfConfig {
             .map_or(if gemma { 8192 } else { 4096 }, |v| v as u64);
         let act_key = if o.get("hidden_activation").is_some() { "hidden_activation" } else { "hidden_act" };
         let mut hidden_act = o.str(act_key)?.unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" }).to_string();
-        if family == "gemma" && hidden_act == "gelu" {
+        if fam.legacy_gelu && hidden_act == "gelu" {
             // GemmaConfig turns the legacy "gelu" of the first releases into the tanh approximation.
             hidden_act = "gelu_pytorch_tanh".into();
         }
 
-        let (mut rope, rope_local) = resolve_rope(&o, family, max_position_embeddings)?;
-        let qwen35 = family == "qwen3_5";
-        if qwen35 && !has_key(&merged, "partial_rotary_factor") {
+        let (mut rope, rope_local) = resolve_rope(&o, fam, max_position_embeddings)?;
+        if let Some(p) = fam.partial_rotary.filter(|_| !has_key(&merged, "partial_rotary_factor")) {
             // Qwen3_5TextConfig's default.
-            rope.partial_rotary_factor = 0.25;
+            rope.partial_rotary_factor = p;
         }
-        let (linear, linear_layers) = linear_layers(&o, family, num_hidden_layers)?;
-        let layer_types = layer_types(&o, family, num_hidden_layers)?;
+        let (linear, linear_layers) = linear_layers(&o, fam, num_hidden_layers)?;
+        let layer_types = layer_types(&o, fam, num_hidden_layers)?;
         // transformers gives a layer marked sliding but no window (sliding_window null) full
         // attention: its sliding mask is only built from a window.
         let sliding_window = match layer_types.contains(&LayerKind::Sliding) {
@@ -260,8 +260,6 @@ impl HfConfig {
         // Which projections have biases follows each family's modeling code in transformers:
         // Mistral and Phi-3 have none whatever the config says, Qwen2 has q/k/v biases always.
         let attention_bias = o.bool("attention_bias")?.unwrap_or(false);
-        // Gemma 2's defaults; Gemma 3 has no soft-capping unless its config says so.
-        let gemma2 = family == "gemma2";
         let absent_or = |k: &str, d: Option<f64>| -> Result<Option<f64>> {
             if merged.contains_key(k) {
                 o.real(k, bounds::non_negative)
@@ -280,36 +278,33 @@ impl HfConfig {
             num_key_value_heads,
             head_dim,
             vocab_size: o.need("vocab_size", bounds::VOCAB)?,
-            rms_norm_eps: o.real("rms_norm_eps", bounds::epsilon)?.unwrap_or(if family == "phi3" {
-                1e-5
-            } else {
-                1e-6
-            }),
+            rms_norm_eps: o.real("rms_norm_eps", bounds::epsilon)?.unwrap_or(fam.rms_eps),
             max_position_embeddings,
             tie_word_embeddings: o.bool("tie_word_embeddings")?.unwrap_or(gemma),
             bos_token_id: o.ids("bos_token_id")?,
             eos_token_id: o.ids("eos_token_id")?,
             dtype: o.str("dtype")?.or(o.str("torch_dtype")?).map(String::from),
             hidden_act,
-            qkv_bias: family == "qwen2" || (attention_bias && family != "mistral" && family != "phi3"),
-            o_bias: attention_bias && matches!(family, "llama" | "qwen3" | "gemma2" | "gemma3" | "gemma"),
-            mlp_bias: family == "llama" && o.bool("mlp_bias")?.unwrap_or(false),
-            qk_norm: matches!(family, "qwen3" | "gemma3" | "qwen3_5"),
-            fused_qkv_gate_up: family == "phi3",
+            qkv_bias: fam.qkv_bias == Bias::Always || (attention_bias && fam.qkv_bias == Bias::IfAttentionBias),
+            o_bias: attention_bias && fam.o_bias == Bias::IfAttentionBias,
+            mlp_bias: fam.mlp_bias && o.bool("mlp_bias")?.unwrap_or(false),
+            qk_norm: fam.qk_norm,
+            fused_qkv_gate_up: fam.fused,
             rope,
             rope_local,
             sliding_window,
             layer_types,
             // Gemma 1 scales by head_dim^-0.5 and has no such key.
-            query_pre_attn_scalar: match family {
-                "gemma2" | "gemma3" => absent_or("query_pre_attn_scalar", Some(256.0))?,
-                _ => None,
+            query_pre_attn_scalar: match fam.query_pre_attn_scalar {
+                Some(d) => absent_or("query_pre_attn_scalar", Some(d))?,
+                None => None,
             },
-            attn_logit_softcapping: absent_or("attn_logit_softcapping", gemma2.then_some(50.0))?,
-            final_logit_softcapping: absent_or("final_logit_softcapping", gemma2.then_some(30.0))?,
+            // Gemma 2's defaults; Gemma 3 has no soft-capping unless its config says so.
+            attn_logit_softcapping: absent_or("attn_logit_softcapping", fam.softcaps.0)?,
+            final_logit_softcapping: absent_or("final_logit_softcapping", fam.softcaps.1)?,
             linear,
             linear_layers,
-            attn_output_gate: qwen35,
+            attn_output_gate: fam.hybrid,
             model_type,
         };
         for r in std::iter::once(&cfg.rope).chain(cfg.rope_local.as_ref()) {
@@ -488,7 +483,7 @@ fn rope_from(d: &Obj, top: &Obj, default_theta: f64, max_pos: u64) -> Result<Rop
 
 /// (rope of full layers, rope of sliding layers if different), mirroring transformers'
 /// `convert_rope_params_to_dict` + `standardize_rope_params` (and Gemma 3's override of them).
-fn resolve_rope(o: &Obj, family: &str, max_pos: u64) -> Result<(RopeParams, Option<RopeParams>)> {
+fn resolve_rope(o: &Obj, fam: &Family, max_pos: u64) -> Result<(RopeParams, Option<RopeParams>)> {
     let empty = Map::new();
     let pick = |k: &str| -> Result<Option<&Map<String, Value>>> {
         o.get(k).map(|v| v.as_object().ok_or_else(|| bad(k, "an object", v))).transpose()
@@ -498,12 +493,12 @@ fn resolve_rope(o: &Obj, family: &str, max_pos: u64) -> Result<(RopeParams, Opti
     let nested = params.filter(|p| p.contains_key("full_attention") || p.contains_key("sliding_attention"));
     if let Some(p) = nested {
         let sub = |k: &str| p.get(k).and_then(Value::as_object).unwrap_or(&empty);
-        let g3 = family == "gemma3";
+        let g3 = fam.local_rope;
         let full = rope_from(&Obj(sub("full_attention")), o, if g3 { 1e6 } else { 1e4 }, max_pos)?;
         let local = rope_from(&Obj(sub("sliding_attention")), o, 1e4, max_pos)?;
         return Ok((full, Some(local)));
     }
-    if family == "gemma3" {
+    if fam.local_rope {
         // 4.x layout: rope_theta/rope_scaling for global layers, rope_local_base_freq for local ones.
         let full = rope_from(&Obj(scaling.or(params).unwrap_or(&empty)), o, 1e6, max_pos)?;
         let mut local = rope_from(&Obj(&empty), &Obj(&empty), 1e4, max_pos)?;
@@ -522,8 +517,8 @@ fn has_key(m: &Map<String, Value>, key: &str) -> bool {
 
 /// Qwen3.5's Gated DeltaNet layers: `layer_types` entries "linear_attention", else every layer
 /// but each `full_attention_interval`-th (default 4), as Qwen3_5TextConfig sets them.
-fn linear_layers(o: &Obj, family: &str, n: usize) -> Result<(Option<LinearAttn>, Vec<bool>)> {
-    if family != "qwen3_5" {
+fn linear_layers(o: &Obj, fam: &Family, n: usize) -> Result<(Option<LinearAttn>, Vec<bool>)> {
+    if !fam.hybrid {
         return Ok((None, vec![false; n]));
     }
     let flags: Vec<bool> = match o.strs("layer_types")? {
@@ -551,10 +546,10 @@ fn linear_layers(o: &Obj, family: &str, n: usize) -> Result<(Option<LinearAttn>,
 }
 
 /// Attention kind of each layer: `layer_types` when given, else each family's rule in transformers.
-fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
+fn layer_types(o: &Obj, fam: &Family, n: usize) -> Result<Vec<LayerKind>> {
     let window = o.count("sliding_window", bounds::WINDOW)?;
     // Mistral and Phi-3 apply their window (if any) to every layer and ignore layer_types.
-    if family == "mistral" || family == "phi3" {
+    if fam.sliding == Sliding::Everywhere {
         return Ok(vec![if window.is_some() { LayerKind::Sliding } else { LayerKind::Full }; n]);
     }
     if let Some(list) = o.strs("layer_types")? {
@@ -571,10 +566,10 @@ fn layer_types(o: &Obj, family: &str, n: usize) -> Result<Vec<LayerKind>> {
             })
             .collect();
     }
-    let pattern = match family {
-        "gemma2" => 2,
-        "gemma3" => o.count("sliding_window_pattern", bounds::PATTERN)?.unwrap_or(6),
-        "qwen2" | "qwen3" => {
+    let pattern = match fam.sliding {
+        Sliding::Every(n) => n,
+        Sliding::EveryKey(n) => o.count("sliding_window_pattern", bounds::PATTERN)?.unwrap_or(n),
+        Sliding::FromLayer => {
             let on = o.bool("use_sliding_window")?.unwrap_or(false) && window.is_some();
             let from = o.count("max_window_layers", bounds::WINDOW)?.unwrap_or(28);
             return Ok((0..n).map(|i| if on && i >= from { LayerKind::Sliding } else { LayerKind::Full }).collect());

@@ -27,6 +27,7 @@
 //!   `c_attn`), the config fields (`position_embedding_base` for rope_theta, `context_window_size`
 //!   for max_position_embeddings), and Gemma's loaders, which store norm weights plus one.
 
+use super::family;
 use super::hf::HfFiles;
 use crate::error::{Error, Result};
 use crate::weights::safetensors::{SafetensorsFile, SafetensorsModel, StDtype, StTensor};
@@ -36,9 +37,6 @@ use serde_json::{json, Map, Value};
 pub const CHAT_CONFIG: &str = "mlc-chat-config.json";
 /// The tensor cache's names, the current one first.
 pub const TENSOR_CACHE_FILES: [&str; 2] = ["tensor-cache.json", "ndarray-cache.json"];
-
-/// The families whose MLC parameter names and configs map onto ferrolm's (MLC's `model_type`).
-pub const FAMILIES: [&str; 7] = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2"];
 
 /// The quantizations read: `GroupQuantize` 4-bit "NK" ones and the unquantized ones.
 pub const QUANTIZATIONS: [&str; 7] = ["q4f16_1", "q4bf16_1", "q4f32_1", "q4f16_2", "q0f16", "q0bf16", "q0f32"];
@@ -71,7 +69,7 @@ pub struct MlcWeights {
     pub cache: Vec<u8>,
     /// Which of the two it was, for messages.
     pub cache_name: String,
-    /// MLC's `model_type` (one of `FAMILIES`).
+    /// MLC's `model_type` (a family with `mlc` renames in `family::FAMILIES`).
     pub model_type: String,
 }
 
@@ -79,7 +77,7 @@ impl MlcWeights {
     /// Gemma's MLC loaders store its (1 + w) norm weights as w + 1 (`add_one` in
     /// gemma_loader.py / gemma2_loader.py); the HF loader wants w back.
     pub fn norms_plus_one(&self) -> bool {
-        self.model_type.starts_with("gemma")
+        family::by_mlc(&self.model_type).is_some_and(|f| f.gemma)
     }
 }
 
@@ -101,10 +99,10 @@ pub fn hf_files(
     let top = v.as_object().ok_or_else(|| cfg_err("must be a JSON object".into()))?;
     let text = |k: &str| top.get(k).and_then(Value::as_str);
     let model_type = text("model_type").ok_or_else(|| cfg_err("no model_type".into()))?;
-    if !FAMILIES.contains(&model_type) {
+    if family::by_mlc(model_type).is_none() {
         return Err(Error::Unsupported(format!(
             "MLC model_type {model_type:?} (ferrolm reads MLC folders of {})",
-            FAMILIES.join(", ")
+            family::mlc_names()
         )));
     }
     let quant = text("quantization").ok_or_else(|| cfg_err("no quantization".into()))?;
@@ -197,23 +195,11 @@ fn generation_json(top: &Map<String, Value>, stop: &[u64]) -> Value {
     Value::Object(g)
 }
 
-/// MLC's parameter name as the HF loader looks for it: Phi-3's module names, Qwen's `c_attn` and
-/// the quantized weight's `q_weight` suffix mapped to the transformers ones.
+/// MLC's parameter name as the HF loader looks for it: the family's renames (Phi-3's module
+/// names, Qwen's `c_attn`; `family::FAMILIES`) and the quantized weight's `q_weight` suffix
+/// mapped to the transformers ones.
 pub fn hf_name(model_type: &str, mlc: &str) -> String {
-    const PHI3: [(&str, &str); 6] = [
-        ("transformer.embd.", "model.embed_tokens."),
-        ("transformer.h.", "model.layers."),
-        ("transformer.norm.", "model.norm."),
-        (".mixer.qkv_proj.", ".self_attn.qkv_proj."),
-        (".mixer.out_proj.", ".self_attn.o_proj."),
-        (".ln.", ".input_layernorm."),
-    ];
-    const QWEN: [(&str, &str); 1] = [(".self_attn.c_attn.", ".self_attn.qkv_proj.")];
-    let table: &[(&str, &str)] = match model_type {
-        "phi3" => &PHI3,
-        "qwen2" | "qwen3" => &QWEN,
-        _ => &[],
-    };
+    let table = family::by_mlc(model_type).and_then(|f| f.mlc).unwrap_or(&[]);
     let mut n = mlc.to_string();
     for (from, to) in table {
         n = n.replacen(from, to, 1);

@@ -2,6 +2,7 @@
 
 pub mod bounds;
 pub mod config;
+pub mod family;
 pub mod forward;
 pub mod hf;
 pub mod hf_config;

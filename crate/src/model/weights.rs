@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::model::family::{tensor, Tensor};
 use crate::model::streamed::StreamedMatrix;
 use crate::model::ModelConfig;
 use crate::weights::gguf::{GgufFile, TensorInfo};
@@ -12,6 +13,7 @@ use crate::weights::pack::{self, Layout, Packed};
 use crate::weights::quant::{self, GgmlType};
 use crate::weights::reshape::{concat_rows, neox_to_pairs, permute_rows};
 use crate::weights::AsyncSource;
+use std::collections::HashMap;
 
 /// A weight matrix on the GPU: `rows` outputs of `cols` inputs each.
 pub struct GpuMatrix {
@@ -220,6 +222,241 @@ pub struct LayerParts {
     pub sub_norms: Option<(Vec<f32>, Vec<f32>)>,
 }
 
+/// Where a format keeps its tensors: GGUF files under llama.cpp's names (`blk.{i}.`), Hugging
+/// Face checkpoints (and MLC folders, renamed) under transformers' names after a prefix
+/// (`model.`, or the multimodal wrapper's). Names come from `family::tensor`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Names {
+    Gguf,
+    Hf(&'static str),
+}
+
+impl Names {
+    pub(crate) fn layer(self, i: usize, t: Tensor) -> String {
+        match self {
+            Names::Gguf => format!("blk.{i}.{}", t.gguf),
+            Names::Hf(prefix) => format!("{prefix}layers.{i}.{}", t.hf),
+        }
+    }
+
+    /// Every tensor of layer `i` starts with this.
+    pub(crate) fn layer_prefix(self, i: usize) -> String {
+        match self {
+            Names::Gguf => format!("blk.{i}."),
+            Names::Hf(prefix) => format!("{prefix}layers.{i}."),
+        }
+    }
+
+    /// A tensor outside the layers (embedding, final norm).
+    pub(crate) fn global(self, t: Tensor) -> String {
+        match self {
+            Names::Gguf => t.gguf.to_string(),
+            Names::Hf(prefix) => format!("{prefix}{}", t.hf),
+        }
+    }
+}
+
+/// A tensor's expected shape: rows x columns, or a vector's length.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Shape {
+    Matrix(usize, usize),
+    Vector(usize),
+    /// A depthwise convolution's weight (channels, taps): [channels][tap] values.
+    Conv(usize, usize),
+}
+
+/// The tensor names of one layer with the shapes the config implies, in either format: the one
+/// description of a layer both loaders read (`jobs`) and assemble (`assemble`).
+pub(crate) struct LayerSpec {
+    /// [q; k; v] parts (or the fused qkv_proj) as (name, rows); columns: hidden.
+    pub qkv: Vec<(String, usize)>,
+    /// q, k, v biases (or the fused one) as (name, length).
+    pub qkv_bias: Vec<(String, usize)>,
+    pub q_norm: Option<String>,
+    pub k_norm: Option<String>,
+    pub o: String,
+    /// [gate; up] parts (or the fused gate_up) as (name, rows); columns: hidden.
+    pub gate_up: Vec<(String, usize)>,
+    pub down: String,
+    pub attn_norm: String,
+    pub ffn_norm: String,
+    pub post_attn_norm: Option<String>,
+    pub post_ffn_norm: Option<String>,
+    /// Output projection bias (length hidden).
+    pub o_bias: Option<String>,
+    /// Gate and up biases (length intermediate each), down bias (length hidden).
+    pub gate_up_bias: Vec<String>,
+    pub down_bias: Option<String>,
+    /// Columns of the output projection (q_dim, or a Gated DeltaNet's value heads).
+    pub o_cols: usize,
+    /// A Gated DeltaNet layer's small tensors: conv1d weight, dt bias, A, the gated norm's weight.
+    pub linear: Option<[String; 4]>,
+    /// The file stores A_log (HF) rather than -exp(A_log) (GGUF).
+    pub a_log: bool,
+    /// BitNet's attention and FFN sub-norms.
+    pub sub_norms: Option<[String; 2]>,
+    /// The intermediate size in the file (before padding to `cfg.ffn`).
+    pub ffn: usize,
+}
+
+impl LayerSpec {
+    /// Layer `i` of a model stored under `names`, whose file has the tensors `has` says and
+    /// an intermediate size of `ffn` (HF files may have one that is not a multiple of 8).
+    pub(crate) fn new(cfg: &ModelConfig, i: usize, ffn: usize, names: Names, has: &dyn Fn(&str) -> bool) -> LayerSpec {
+        use crate::model::family::tensor as t;
+        let (qd, kvd, f) = (cfg.q_dim(), cfg.kv_dim(), ffn);
+        let n = |r: Tensor| names.layer(i, r);
+        let lin = cfg.linear.filter(|_| cfg.layer_linear[i]);
+        let attn = lin.is_none();
+        // A gated attention's q_proj gives a gate per head beside each query head.
+        let q_rows = if cfg.attn_gate { 2 * qd } else { qd };
+        let qkv = if let Some(l) = lin {
+            vec![
+                (n(t::LIN_QKV), l.conv_dim()),
+                (n(t::LIN_Z), l.v_total()),
+                (n(t::LIN_B), l.value_heads),
+                (n(t::LIN_A), l.value_heads),
+            ]
+        } else if has(&n(t::QKV)) {
+            vec![(n(t::QKV), qd + 2 * kvd)]
+        } else {
+            vec![(n(t::Q), q_rows), (n(t::K), kvd), (n(t::V), kvd)]
+        };
+        let qkv_bias = if cfg.qkv_bias && attn && has(&n(t::QKV_BIAS)) {
+            // MLC fuses the biases with the weights (Qwen's c_attn).
+            vec![(n(t::QKV_BIAS), qd + 2 * kvd)]
+        } else if cfg.qkv_bias && attn {
+            vec![(n(t::Q_BIAS), qd), (n(t::K_BIAS), kvd), (n(t::V_BIAS), kvd)]
+        } else {
+            vec![]
+        };
+        let gate_up = if has(&n(t::GATE_UP)) && !has(&n(t::GATE)) {
+            vec![(n(t::GATE_UP), 2 * f)]
+        } else {
+            vec![(n(t::GATE), f), (n(t::UP), f)]
+        };
+        // Families with post-norms have a pre-FFN norm besides; Qwen3.5 GGUF files name the
+        // pre-FFN norm post_attention_norm (after transformers' post_attention_layernorm).
+        let (ffn_norm, post_attn_norm, post_ffn_norm) = if cfg.post_norms {
+            (n(t::PRE_FFN_NORM), Some(n(t::POST_ATTN_NORM)), Some(n(t::POST_FFN_NORM)))
+        } else if has(&n(t::FFN_NORM)) {
+            (n(t::FFN_NORM), None, None)
+        } else {
+            (n(t::POST_ATTN_NORM), None, None)
+        };
+        LayerSpec {
+            o_cols: lin.map_or(qd, |l| l.v_total()),
+            linear: lin.map(|_| [n(t::CONV), n(t::DT_BIAS), n(t::A), n(t::LIN_NORM)]),
+            a_log: matches!(names, Names::Hf(_)),
+            sub_norms: cfg.sub_norms.then(|| [n(t::ATTN_SUB_NORM), n(t::FFN_SUB_NORM)]),
+            o_bias: (cfg.o_bias && attn).then(|| n(t::O_BIAS)),
+            gate_up_bias: if cfg.mlp_bias { vec![n(t::GATE_BIAS), n(t::UP_BIAS)] } else { vec![] },
+            down_bias: cfg.mlp_bias.then(|| n(t::DOWN_BIAS)),
+            qkv,
+            qkv_bias,
+            q_norm: (cfg.qk_norm && attn).then(|| n(t::Q_NORM)),
+            k_norm: (cfg.qk_norm && attn).then(|| n(t::K_NORM)),
+            o: if attn { n(t::O) } else { n(t::LIN_OUT) },
+            gate_up,
+            down: n(t::DOWN),
+            attn_norm: n(t::ATTN_NORM),
+            ffn_norm,
+            post_attn_norm,
+            post_ffn_norm,
+            ffn,
+        }
+    }
+
+    /// A Gated DeltaNet layer's small tensors with their shapes (none for other layers).
+    pub(crate) fn linear_shapes(&self, cfg: &ModelConfig) -> Vec<(String, Shape)> {
+        let (Some([conv, dt, a, norm]), Some(lin)) = (&self.linear, cfg.linear) else { return Vec::new() };
+        vec![
+            (conv.clone(), Shape::Conv(lin.conv_dim(), lin.conv)),
+            (dt.clone(), Shape::Vector(lin.value_heads)),
+            (a.clone(), Shape::Vector(lin.value_heads)),
+            (norm.clone(), Shape::Vector(lin.value_dim)),
+        ]
+    }
+
+    /// Every matrix of the layer (with its shape in the file) and every vector.
+    pub(crate) fn jobs(&self, cfg: &ModelConfig) -> Vec<(String, Shape)> {
+        let (h, fh) = (cfg.hidden, self.ffn);
+        let mut jobs: Vec<(String, Shape)> = Vec::new();
+        for (n, rows) in self.qkv.iter().chain(&self.gate_up) {
+            jobs.push((n.clone(), Shape::Matrix(*rows, h)));
+        }
+        jobs.push((self.o.clone(), Shape::Matrix(h, self.o_cols)));
+        jobs.extend(self.linear_shapes(cfg));
+        if let Some([a, f]) = &self.sub_norms {
+            jobs.push((a.clone(), Shape::Vector(cfg.q_dim())));
+            jobs.push((f.clone(), Shape::Vector(fh)));
+        }
+        jobs.push((self.down.clone(), Shape::Matrix(h, fh)));
+        for (n, len) in &self.qkv_bias {
+            jobs.push((n.clone(), Shape::Vector(*len)));
+        }
+        for n in self.o_bias.iter().chain(&self.down_bias) {
+            jobs.push((n.clone(), Shape::Vector(h)));
+        }
+        for n in &self.gate_up_bias {
+            jobs.push((n.clone(), Shape::Vector(fh)));
+        }
+        for n in
+            [Some(&self.attn_norm), Some(&self.ffn_norm), self.post_attn_norm.as_ref(), self.post_ffn_norm.as_ref()]
+        {
+            jobs.extend(n.map(|n| (n.clone(), Shape::Vector(h))));
+        }
+        for n in [self.q_norm.as_ref(), self.k_norm.as_ref()] {
+            jobs.extend(n.map(|n| (n.clone(), Shape::Vector(cfg.head_dim))));
+        }
+        jobs
+    }
+
+    /// The layer's parts from its matrices (each as one or more packed pieces, in order) and
+    /// vectors as read by name; gate/up biases are padded to `ffn` values each.
+    pub(crate) fn assemble(
+        &self,
+        mut mats: HashMap<String, Vec<Packed>>,
+        mut vecs: HashMap<String, Vec<f32>>,
+        ffn: usize,
+    ) -> LayerParts {
+        let gate_up: Vec<Packed> = self.gate_up.iter().flat_map(|(n, _)| mats.remove(n).expect("read above")).collect();
+        let mut mat = |n: &str| mats.remove(n).and_then(|mut v| v.pop()).expect("read above");
+        let mut vec = |n: &str| vecs.remove(n).expect("read above");
+        let a_log = self.a_log;
+        let linear = self.linear.as_ref().map(|[conv, dt, a, norm]| LinearParts {
+            conv_w: vec(conv),
+            dt_bias: vec(dt),
+            a_neg: if a_log { vec(a).iter().map(|&a| -(a as f64).exp() as f32).collect() } else { vec(a) },
+            norm: vec(norm),
+        });
+        let sub_norms = self.sub_norms.as_ref().map(|[a, f]| (vec(a), vec(f)));
+        LayerParts {
+            sub_norms,
+            linear,
+            o_bias: self.o_bias.as_deref().map(&mut vec),
+            gate_up_bias: (!self.gate_up_bias.is_empty()).then(|| {
+                self.gate_up_bias
+                    .iter()
+                    .flat_map(|n| vec(n).into_iter().chain(std::iter::repeat(0.0)).take(ffn))
+                    .collect()
+            }),
+            down_bias: self.down_bias.as_deref().map(&mut vec),
+            attn_norm: vec(&self.attn_norm),
+            ffn_norm: vec(&self.ffn_norm),
+            qkv: self.qkv.iter().map(|(n, _)| mat(n)).collect(),
+            qkv_bias: (!self.qkv_bias.is_empty()).then(|| self.qkv_bias.iter().flat_map(|(n, _)| vec(n)).collect()),
+            q_norm: self.q_norm.as_deref().map(&mut vec),
+            k_norm: self.k_norm.as_deref().map(&mut vec),
+            o: mat(&self.o),
+            gate_up,
+            down: mat(&self.down),
+            post_attn_norm: self.post_attn_norm.as_deref().map(&mut vec),
+            post_ffn_norm: self.post_ffn_norm.as_deref().map(&mut vec),
+        }
+    }
+}
+
 /// The small tensors of a Gated DeltaNet layer, as in the file.
 pub struct LinearParts {
     /// [channel][tap].
@@ -356,7 +593,7 @@ struct GgufLoader<'a> {
     bytes: u64,
     on_progress: &'a mut dyn FnMut(u64),
     /// The current layer's tensors, read in file order (`stage_layer`).
-    staged: std::collections::HashMap<String, Vec<u8>>,
+    staged: HashMap<String, Vec<u8>>,
 }
 
 impl GgufLoader<'_> {
@@ -473,7 +710,7 @@ fn unsupported_type(t: &TensorInfo) -> Error {
 }
 
 /// The GGUF matrices loaded as `StreamedMatrix` (row ranges, see model/streamed.rs).
-const STREAMED: [&str; 2] = ["token_embd.weight", "output.weight"];
+const STREAMED: [&str; 2] = [tensor::EMBED.gguf, tensor::HEAD.gguf];
 
 /// Before any weight is read: every tensor has a type we can run, and every GPU buffer the
 /// model needs (the fused [q; k; v] and [gate; up] matrices included) fits the adapter's
@@ -482,24 +719,15 @@ pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
     let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
     let mut total = 0u64;
     // Buffer name -> (layouts of its parts, elements).
-    let mut buffers: std::collections::HashMap<String, (Vec<Layout>, u64)> = std::collections::HashMap::new();
+    let mut buffers: HashMap<String, (Vec<Layout>, u64)> = HashMap::new();
     for t in &gguf.tensors {
         let layout = Layout::for_type(t.ty).filter(|_| t.ty.is_supported()).ok_or_else(|| unsupported_type(t))?;
         total += layout.words_for(t.n_elements as usize) as u64 * 4
             + if layout.block() > 1 { 8 * t.n_elements / layout.block() as u64 } else { 0 };
-        let part = |names: &[&str]| names.iter().any(|p| t.name.contains(p));
-        let qkv_parts = [
-            "attn_q.weight",
-            "attn_k.weight",
-            "attn_v.weight",
-            "attn_qkv.weight",
-            "attn_gate.weight",
-            "ssm_beta.weight",
-            "ssm_alpha.weight",
-        ];
-        let group = if part(&qkv_parts) {
+        let part = |names: &[Tensor]| names.iter().any(|p| t.name.contains(p.gguf));
+        let group = if part(&tensor::QKV_PARTS) {
             Some("qkv")
-        } else if part(&["ffn_gate.weight", "ffn_up.weight"]) {
+        } else if part(&tensor::GATE_UP_PARTS) {
             Some("gate_up")
         } else {
             None
@@ -540,7 +768,7 @@ pub async fn load_gguf(
     on_progress: &mut dyn FnMut(u64),
 ) -> Result<ModelWeights> {
     let mut l = GgufLoader { gguf, src, gpu, bytes: 0, on_progress, staged: Default::default() };
-    let (h, qd, kvd, f) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+    let (h, f) = (cfg.hidden, cfg.ffn);
     if gguf.tensor("rope_freqs.weight").is_some() {
         cfg.rope_freq_factors = Some(l.vector("rope_freqs.weight", cfg.rope_dim / 2).await?);
     }
@@ -556,11 +784,11 @@ pub async fn load_gguf(
             let original = gguf.get_u64(&key)?.map_or(cfg.context_train, |v| v as usize);
             let long = long.rope_inv_freq();
             // Phi3ForCausalLM recomputes the cache when a generation crosses the original context.
-            let recompute = cfg.arch == "phi3";
+            let recompute = crate::model::family::of(&cfg.arch).is_some_and(|f| f.longrope_recompute);
             cfg.rope_dynamic = Some(crate::model::config::RopeDynamic::LongRope { original, long, recompute });
         }
     }
-    let embed = l.streamed("token_embd.weight", cfg.vocab, h).await?;
+    let embed = l.streamed(tensor::EMBED.gguf, cfg.vocab, h).await?;
     // Visit layers in file order (llama.cpp writes blk.0, blk.1, blk.10, ...): a download that
     // serves these reads then moves forward through the file instead of jumping back and forth.
     let mut first = vec![u64::MAX; cfg.n_layers];
@@ -575,108 +803,32 @@ pub async fn load_gguf(
     let mut slots: Vec<Option<LayerWeights>> = (0..cfg.n_layers).map(|_| None).collect();
     for i in order {
         l.stage_layer(i).await?;
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let opt = |l: &GgufLoader, s: &str| l.gguf.tensor(&n(s)).is_some();
-        let lin = cfg.linear.filter(|_| cfg.layer_linear[i]);
-        // A gated attention's attn_q holds [q; gate] per head, as HF's q_proj does.
-        let q_rows = if cfg.attn_gate { 2 * qd } else { qd };
-        let qkv = if let Some(s) = lin {
-            vec![
-                l.packed(&n("attn_qkv.weight"), s.conv_dim(), h).await?,
-                l.packed(&n("attn_gate.weight"), s.v_total(), h).await?,
-                l.packed(&n("ssm_beta.weight"), s.value_heads, h).await?,
-                l.packed(&n("ssm_alpha.weight"), s.value_heads, h).await?,
-            ]
-        } else if opt(&l, "attn_qkv.weight") {
-            vec![l.packed(&n("attn_qkv.weight"), qd + 2 * kvd, h).await?]
-        } else {
-            vec![
-                l.packed(&n("attn_q.weight"), q_rows, h).await?,
-                l.packed(&n("attn_k.weight"), kvd, h).await?,
-                l.packed(&n("attn_v.weight"), kvd, h).await?,
-            ]
-        };
-        let qkv_bias = if cfg.qkv_bias {
-            let mut b = l.vector(&n("attn_q.bias"), qd).await?;
-            b.extend(l.vector(&n("attn_k.bias"), kvd).await?);
-            b.extend(l.vector(&n("attn_v.bias"), kvd).await?);
-            Some(b)
-        } else {
-            None
-        };
-        let linear = match lin {
-            Some(s) => Some(LinearParts {
-                conv_w: l.tensor_f32(&n("ssm_conv1d.weight"), &[s.conv, s.conv_dim()]).await?,
-                dt_bias: l.vector(&n("ssm_dt.bias"), s.value_heads).await?,
-                a_neg: l.vector(&n("ssm_a"), s.value_heads).await?,
-                norm: l.vector(&n("ssm_norm.weight"), s.value_dim).await?,
-            }),
-            None => None,
-        };
-        let (q_norm, k_norm) = if cfg.qk_norm && lin.is_none() {
-            (
-                Some(l.vector(&n("attn_q_norm.weight"), cfg.head_dim).await?),
-                Some(l.vector(&n("attn_k_norm.weight"), cfg.head_dim).await?),
-            )
-        } else {
-            (None, None)
-        };
-        let gate_up = if opt(&l, "ffn_gate.weight") {
-            vec![l.packed(&n("ffn_gate.weight"), f, h).await?, l.packed(&n("ffn_up.weight"), f, h).await?]
-        } else {
-            vec![l.packed(&n("ffn_up.weight"), 2 * f, h).await?]
-        };
-        let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
-            (
-                Some(l.vector(&n("post_attention_norm.weight"), h).await?),
-                Some(l.vector(&n("post_ffw_norm.weight"), h).await?),
-            )
-        } else {
-            (None, None)
-        };
-        let o_bias = if cfg.o_bias { Some(l.vector(&n("attn_output.bias"), h).await?) } else { None };
-        let (gate_up_bias, down_bias) = if cfg.mlp_bias {
-            let mut b = l.vector(&n("ffn_gate.bias"), f).await?;
-            b.extend(l.vector(&n("ffn_up.bias"), f).await?);
-            (Some(b), Some(l.vector(&n("ffn_down.bias"), h).await?))
-        } else {
-            (None, None)
-        };
-        // Qwen3.5 files name the pre-FFN norm after transformers' post_attention_layernorm.
-        let ffn_norm = if opt(&l, "ffn_norm.weight") { "ffn_norm.weight" } else { "post_attention_norm.weight" };
-        let o = match lin {
-            Some(s) => l.packed(&n("ssm_out.weight"), h, s.v_total()).await?,
-            None => l.packed(&n("attn_output.weight"), h, qd).await?,
-        };
-        let sub_norms = if cfg.sub_norms {
-            Some((l.vector(&n("attn_sub_norm.weight"), qd).await?, l.vector(&n("ffn_sub_norm.weight"), f).await?))
-        } else {
-            None
-        };
-        let parts = LayerParts {
-            sub_norms,
-            linear,
-            o_bias,
-            gate_up_bias,
-            down_bias,
-            attn_norm: l.vector(&n("attn_norm.weight"), h).await?,
-            ffn_norm: l.vector(&n(ffn_norm), h).await?,
-            qkv,
-            qkv_bias,
-            q_norm,
-            k_norm,
-            o,
-            gate_up,
-            down: l.packed(&n("ffn_down.weight"), h, f).await?,
-            post_attn_norm,
-            post_ffn_norm,
-        };
+        let spec = LayerSpec::new(cfg, i, f, Names::Gguf, &|n| gguf.tensor(n).is_some());
+        let (mut mats, mut vecs) = (HashMap::new(), HashMap::new());
+        for (name, shape) in spec.jobs(cfg) {
+            match shape {
+                Shape::Matrix(rows, cols) => {
+                    let m = l.packed(&name, rows, cols).await?;
+                    mats.insert(name, vec![m]);
+                }
+                Shape::Vector(n) => {
+                    let v = l.vector(&name, n).await?;
+                    vecs.insert(name, v);
+                }
+                // ggml order: [taps, channels].
+                Shape::Conv(channels, taps) => {
+                    let v = l.tensor_f32(&name, &[taps, channels]).await?;
+                    vecs.insert(name, v);
+                }
+            }
+        }
+        let parts = spec.assemble(mats, vecs, f);
         slots[i] = Some(parts.upload(gpu, cfg, &format!("blk.{i}"))?);
         gpu.check()?;
     }
     let layers: Vec<LayerWeights> = slots.into_iter().flatten().collect();
-    let out_norm = l.vector("output_norm.weight", h).await?;
-    let lm_head = if cfg.tied_embeddings { None } else { Some(l.streamed("output.weight", cfg.vocab, h).await?) };
+    let out_norm = l.vector(tensor::OUT_NORM.gguf, h).await?;
+    let lm_head = if cfg.tied_embeddings { None } else { Some(l.streamed(tensor::HEAD.gguf, cfg.vocab, h).await?) };
     ModelWeights::new(gpu, cfg, embed, layers, &out_norm, lm_head)
 }
 

@@ -1,0 +1,363 @@
+//! One row per model family: what GGUF files (`general.architecture`), Hugging Face folders
+//! (`model_type`) and MLC-LLM folders call it, and every way it differs from a plain Llama.
+//! `config.rs` (GGUF metadata), `hf_config.rs` (config.json), `mlc.rs` (MLC parameter names),
+//! the loaders (`weights.rs`, `hf.rs`), the chat template fallback and `synth.rs` read this table;
+//! nothing else matches family names. [`tensor`] names each per-layer tensor in both styles.
+//!
+//! Adding a Llama-shaped family is one row: `Family { name: "x", gguf: &["x"], hf: &["x"], ..LLAMA }`.
+
+/// Whether a projection has a bias.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bias {
+    Never,
+    Always,
+    /// When config.json's `attention_bias` says so (GGUF: when the file has the tensor).
+    IfAttentionBias,
+}
+
+/// Which layers use the sliding window, each family's rule in transformers (and llama.cpp).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sliding {
+    /// config.json's `layer_types` when given, else none. GGUF: every layer when a window is given.
+    Listed,
+    /// Every layer when a window is given, `layer_types` ignored (Mistral, Phi-3).
+    Everywhere,
+    /// Every `n`-th layer is full, the others slide (Gemma 2: 2).
+    Every(usize),
+    /// The same with `n` from `sliding_window_pattern`, this default when absent (Gemma 3: 6).
+    EveryKey(usize),
+    /// `use_sliding_window` from layer `max_window_layers` on (Qwen2, Qwen3).
+    FromLayer,
+}
+
+/// A family: its names in each format and the flags the configs and loaders take from it.
+#[derive(Clone, Copy, Debug)]
+pub struct Family {
+    /// The family's name in messages (its usual Hugging Face `model_type`).
+    pub name: &'static str,
+    /// GGUF `general.architecture` values (none: GGUF files of it are not read).
+    pub gguf: &'static [&'static str],
+    /// Hugging Face `model_type` values (`*_text`: the text config nested in a multimodal one).
+    pub hf: &'static [&'static str],
+    /// MLC-LLM folders of this family are read (MLC's `model_type` is the HF one), with these
+    /// renames of MLC parameter names to the transformers ones.
+    pub mlc: Option<&'static [(&'static str, &'static str)]>,
+    /// llama.cpp stores q/k rows permuted into (2i, 2i+1) rotary pairs (else NeoX halves).
+    pub gguf_rope_pairs: bool,
+    /// Gemma: embeddings scaled by sqrt(hidden), GELU (tanh) by default, tied embeddings and 8192
+    /// positions by default, (1 + w) norms; MLC stores its norm weights plus one.
+    pub gemma: bool,
+    /// Norms after attention and after the FFN (Gemma 2/3).
+    pub post_norms: bool,
+    /// Per-head RMSNorm of q and k (Qwen3, Gemma 3, Qwen3.5).
+    pub qk_norm: bool,
+    pub qkv_bias: Bias,
+    pub o_bias: Bias,
+    /// config.json's `mlp_bias` is read (Llama).
+    pub mlp_bias: bool,
+    /// BitNet b1.58: attention and FFN sub-norms (GGUF: and ReLU²).
+    pub sub_norms: bool,
+    /// Qwen3.5: Gated DeltaNet layers and gated full attention.
+    pub hybrid: bool,
+    /// HF norm weights are zero-centred, (1 + w) (Gemma, Qwen3.5).
+    pub centred_norms: bool,
+    /// HF checkpoints store fused `qkv_proj` and `gate_up_proj` (Phi-3).
+    pub fused: bool,
+    /// Longrope generations recompute the cache past the original context (Phi-3).
+    pub longrope_recompute: bool,
+    pub sliding: Sliding,
+    /// Sliding layers rotate with their own base (Gemma 3's local rope).
+    pub local_rope: bool,
+    /// GGUF files attend both ways unless `<arch>.attention.causal` says otherwise
+    /// (EmbeddingGemma as llama.cpp writes it).
+    pub gguf_bidirectional: bool,
+    /// config.json defaults: `rms_norm_eps`, `partial_rotary_factor`, `query_pre_attn_scalar`
+    /// (None: the key is not read, the scale is head_dim^-0.5), and the attention / final
+    /// logit soft-caps.
+    pub rms_eps: f64,
+    pub partial_rotary: Option<f64>,
+    pub query_pre_attn_scalar: Option<f64>,
+    pub softcaps: (Option<f64>, Option<f64>),
+    /// A legacy `hidden_act: "gelu"` means the tanh approximation (Gemma 1's GemmaConfig).
+    pub legacy_gelu: bool,
+}
+
+/// The plain Llama row the others start from.
+pub const LLAMA: Family = Family {
+    name: "llama",
+    gguf: &["llama"],
+    hf: &["llama"],
+    mlc: Some(&[]),
+    gguf_rope_pairs: true,
+    gemma: false,
+    post_norms: false,
+    qk_norm: false,
+    qkv_bias: Bias::IfAttentionBias,
+    o_bias: Bias::IfAttentionBias,
+    mlp_bias: true,
+    sub_norms: false,
+    hybrid: false,
+    centred_norms: false,
+    fused: false,
+    longrope_recompute: false,
+    sliding: Sliding::Listed,
+    local_rope: false,
+    gguf_bidirectional: false,
+    rms_eps: 1e-6,
+    partial_rotary: None,
+    query_pre_attn_scalar: None,
+    softcaps: (None, None),
+    legacy_gelu: false,
+};
+
+/// What config.json of an unknown model_type reads as (`ModelConfig::from_hf` then refuses it).
+pub const OTHER: Family =
+    Family { name: "", gguf: &[], hf: &[], mlc: None, o_bias: Bias::Never, mlp_bias: false, ..LLAMA };
+
+/// MLC's Qwen names its fused q/k/v `c_attn`.
+const MLC_QWEN: &[(&str, &str)] = &[(".self_attn.c_attn.", ".self_attn.qkv_proj.")];
+/// MLC's Phi-3 keeps the original Phi module names.
+const MLC_PHI3: &[(&str, &str)] = &[
+    ("transformer.embd.", "model.embed_tokens."),
+    ("transformer.h.", "model.layers."),
+    ("transformer.norm.", "model.norm."),
+    (".mixer.qkv_proj.", ".self_attn.qkv_proj."),
+    (".mixer.out_proj.", ".self_attn.o_proj."),
+    (".ln.", ".input_layernorm."),
+];
+
+const QWEN3: Family = Family {
+    name: "qwen3",
+    gguf: &["qwen3"],
+    hf: &["qwen3"],
+    mlc: Some(MLC_QWEN),
+    gguf_rope_pairs: false,
+    qk_norm: true,
+    mlp_bias: false,
+    sliding: Sliding::FromLayer,
+    ..LLAMA
+};
+
+const GEMMA: Family = Family {
+    name: "gemma",
+    gguf: &[],
+    hf: &["gemma"],
+    gguf_rope_pairs: false,
+    gemma: true,
+    centred_norms: true,
+    mlp_bias: false,
+    legacy_gelu: true,
+    ..LLAMA
+};
+
+const GEMMA3: Family = Family {
+    name: "gemma3",
+    gguf: &["gemma3"],
+    hf: &["gemma3", "gemma3_text"],
+    mlc: None,
+    post_norms: true,
+    qk_norm: true,
+    sliding: Sliding::EveryKey(6),
+    local_rope: true,
+    query_pre_attn_scalar: Some(256.0),
+    legacy_gelu: false,
+    ..GEMMA
+};
+
+pub const FAMILIES: &[Family] = &[
+    LLAMA,
+    Family {
+        name: "mistral",
+        gguf: &["mistral"],
+        hf: &["mistral"],
+        qkv_bias: Bias::Never,
+        o_bias: Bias::Never,
+        mlp_bias: false,
+        sliding: Sliding::Everywhere,
+        ..LLAMA
+    },
+    Family {
+        name: "qwen2",
+        gguf: &["qwen2"],
+        hf: &["qwen2"],
+        qk_norm: false,
+        qkv_bias: Bias::Always,
+        o_bias: Bias::Never,
+        ..QWEN3
+    },
+    QWEN3,
+    Family {
+        name: "qwen3_5",
+        gguf: &["qwen35"],
+        hf: &["qwen3_5", "qwen3_5_text"],
+        mlc: None,
+        o_bias: Bias::Never,
+        hybrid: true,
+        centred_norms: true,
+        sliding: Sliding::Listed,
+        partial_rotary: Some(0.25),
+        ..QWEN3
+    },
+    Family {
+        name: "phi3",
+        gguf: &["phi3"],
+        hf: &["phi3"],
+        mlc: Some(MLC_PHI3),
+        gguf_rope_pairs: false,
+        qkv_bias: Bias::Never,
+        o_bias: Bias::Never,
+        mlp_bias: false,
+        fused: true,
+        longrope_recompute: true,
+        sliding: Sliding::Everywhere,
+        rms_eps: 1e-5,
+        ..LLAMA
+    },
+    GEMMA,
+    Family {
+        name: "gemma2",
+        gguf: &["gemma2"],
+        hf: &["gemma2"],
+        post_norms: true,
+        sliding: Sliding::Every(2),
+        query_pre_attn_scalar: Some(256.0),
+        softcaps: (Some(50.0), Some(30.0)),
+        legacy_gelu: false,
+        ..GEMMA
+    },
+    GEMMA3,
+    // EmbeddingGemma as llama.cpp writes it: Gemma 3 attending both ways. Its HF folders are
+    // gemma3_text with `use_bidirectional_attention`.
+    Family { name: "gemma-embedding", gguf: &["gemma-embedding"], hf: &[], gguf_bidirectional: true, ..GEMMA3 },
+    // llama.cpp's `bitnet`, bitnet.cpp's `bitnet-b1.58`.
+    Family {
+        name: "bitnet",
+        gguf: &["bitnet", "bitnet-b1.58"],
+        hf: &["bitnet"],
+        mlc: None,
+        o_bias: Bias::Never,
+        mlp_bias: false,
+        sub_norms: true,
+        ..LLAMA
+    },
+];
+
+/// The family of a GGUF `general.architecture`.
+pub fn by_gguf(arch: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.gguf.contains(&arch))
+}
+
+/// The family of a Hugging Face `model_type`.
+pub fn by_hf(model_type: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.hf.contains(&model_type))
+}
+
+/// The family of an MLC-LLM `model_type`, if MLC folders of it are read.
+pub fn by_mlc(model_type: &str) -> Option<&'static Family> {
+    by_hf(model_type).filter(|f| f.mlc.is_some())
+}
+
+/// The family of a `ModelConfig::arch` (a GGUF architecture or an HF model_type).
+pub fn of(arch: &str) -> Option<&'static Family> {
+    by_gguf(arch).or_else(|| by_hf(arch))
+}
+
+/// Every name of `names(family)` over the table, for messages ("llama, mistral, ...").
+pub fn names(names: impl Fn(&Family) -> Vec<&'static str>) -> String {
+    FAMILIES.iter().flat_map(names).collect::<Vec<_>>().join(", ")
+}
+
+/// The MLC-LLM model types read.
+pub fn mlc_names() -> String {
+    names(|f| if f.mlc.is_some() { f.hf.to_vec() } else { vec![] })
+}
+
+/// A tensor's name in GGUF files (llama.cpp) and in Hugging Face checkpoints (transformers),
+/// per layer (after `blk.{i}.` / `model.layers.{i}.`) or global (after `model.` for HF).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tensor {
+    pub gguf: &'static str,
+    pub hf: &'static str,
+}
+
+/// Every tensor the loaders read, in both styles.
+pub mod tensor {
+    use super::Tensor;
+    const fn t(gguf: &'static str, hf: &'static str) -> Tensor {
+        Tensor { gguf, hf }
+    }
+    pub const EMBED: Tensor = t("token_embd.weight", "embed_tokens.weight");
+    pub const OUT_NORM: Tensor = t("output_norm.weight", "norm.weight");
+    pub const HEAD: Tensor = t("output.weight", "lm_head.weight");
+
+    pub const ATTN_NORM: Tensor = t("attn_norm.weight", "input_layernorm.weight");
+    pub const Q: Tensor = t("attn_q.weight", "self_attn.q_proj.weight");
+    pub const K: Tensor = t("attn_k.weight", "self_attn.k_proj.weight");
+    pub const V: Tensor = t("attn_v.weight", "self_attn.v_proj.weight");
+    /// Fused [q; k; v] (Phi-3; MLC's Llama, Qwen).
+    pub const QKV: Tensor = t("attn_qkv.weight", "self_attn.qkv_proj.weight");
+    pub const Q_BIAS: Tensor = t("attn_q.bias", "self_attn.q_proj.bias");
+    pub const K_BIAS: Tensor = t("attn_k.bias", "self_attn.k_proj.bias");
+    pub const V_BIAS: Tensor = t("attn_v.bias", "self_attn.v_proj.bias");
+    pub const QKV_BIAS: Tensor = t("attn_qkv.bias", "self_attn.qkv_proj.bias");
+    pub const Q_NORM: Tensor = t("attn_q_norm.weight", "self_attn.q_norm.weight");
+    pub const K_NORM: Tensor = t("attn_k_norm.weight", "self_attn.k_norm.weight");
+    pub const O: Tensor = t("attn_output.weight", "self_attn.o_proj.weight");
+    pub const O_BIAS: Tensor = t("attn_output.bias", "self_attn.o_proj.bias");
+    /// The pre-FFN norm of families without post-norms (HF calls it post_attention_layernorm).
+    pub const FFN_NORM: Tensor = t("ffn_norm.weight", "post_attention_layernorm.weight");
+    /// The pre-FFN norm of families with post-norms (Gemma 2/3).
+    pub const PRE_FFN_NORM: Tensor = t("ffn_norm.weight", "pre_feedforward_layernorm.weight");
+    /// Gemma 2/3's post-norms (and Qwen3.5 GGUF files' name for the pre-FFN norm).
+    pub const POST_ATTN_NORM: Tensor = t("post_attention_norm.weight", "post_attention_layernorm.weight");
+    pub const POST_FFN_NORM: Tensor = t("post_ffw_norm.weight", "post_feedforward_layernorm.weight");
+    pub const GATE: Tensor = t("ffn_gate.weight", "mlp.gate_proj.weight");
+    pub const UP: Tensor = t("ffn_up.weight", "mlp.up_proj.weight");
+    /// Fused [gate; up] (Phi-3: llama.cpp keeps it as ffn_up).
+    pub const GATE_UP: Tensor = t("ffn_up.weight", "mlp.gate_up_proj.weight");
+    pub const DOWN: Tensor = t("ffn_down.weight", "mlp.down_proj.weight");
+    pub const GATE_BIAS: Tensor = t("ffn_gate.bias", "mlp.gate_proj.bias");
+    pub const UP_BIAS: Tensor = t("ffn_up.bias", "mlp.up_proj.bias");
+    pub const DOWN_BIAS: Tensor = t("ffn_down.bias", "mlp.down_proj.bias");
+    /// BitNet b1.58's sub-norms.
+    pub const ATTN_SUB_NORM: Tensor = t("attn_sub_norm.weight", "self_attn.attn_sub_norm.weight");
+    pub const FFN_SUB_NORM: Tensor = t("ffn_sub_norm.weight", "mlp.ffn_sub_norm.weight");
+    /// Gated DeltaNet layers (Qwen3.5): the input projections, convolution, dt bias, A (GGUF
+    /// stores -exp(A_log), HF A_log), gated norm and output projection.
+    pub const LIN_QKV: Tensor = t("attn_qkv.weight", "linear_attn.in_proj_qkv.weight");
+    pub const LIN_Z: Tensor = t("attn_gate.weight", "linear_attn.in_proj_z.weight");
+    pub const LIN_B: Tensor = t("ssm_beta.weight", "linear_attn.in_proj_b.weight");
+    pub const LIN_A: Tensor = t("ssm_alpha.weight", "linear_attn.in_proj_a.weight");
+    pub const CONV: Tensor = t("ssm_conv1d.weight", "linear_attn.conv1d.weight");
+    pub const DT_BIAS: Tensor = t("ssm_dt.bias", "linear_attn.dt_bias");
+    pub const A: Tensor = t("ssm_a", "linear_attn.A_log");
+    pub const LIN_NORM: Tensor = t("ssm_norm.weight", "linear_attn.norm.weight");
+    pub const LIN_OUT: Tensor = t("ssm_out.weight", "linear_attn.out_proj.weight");
+
+    /// The parts the loaders fuse into a layer's [q; k; v] (or DeltaNet input) matrix.
+    pub const QKV_PARTS: [Tensor; 7] = [Q, K, V, QKV, LIN_Z, LIN_B, LIN_A];
+    /// The parts fused into [gate; up].
+    pub const GATE_UP_PARTS: [Tensor; 2] = [GATE, UP];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_belongs_to_one_family() {
+        let mut seen = std::collections::HashSet::new();
+        for f in FAMILIES {
+            for n in f.gguf {
+                assert!(seen.insert(("gguf", *n)), "{n} twice");
+            }
+            for n in f.hf {
+                assert!(seen.insert(("hf", *n)), "{n} twice");
+            }
+        }
+        assert_eq!(by_gguf("qwen35").unwrap().name, "qwen3_5");
+        assert_eq!(by_hf("gemma3_text").unwrap().name, "gemma3");
+        assert!(by_mlc("qwen3_5").is_none() && by_mlc("gemma2").is_some());
+        assert_eq!(mlc_names(), "llama, mistral, qwen2, qwen3, phi3, gemma, gemma2");
+    }
+}
