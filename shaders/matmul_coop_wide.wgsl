@@ -13,7 +13,8 @@ const WN: u32 = 128u;
 // they cover all 32 (H100: gate+up of Llama-3.2-1B 10.9 -> 8.1 ms for 512 tokens).
 const BKP: u32 = BK + 8u;
 
-var<workgroup> w_h: array<f16, 5120>;   // [WN][BKP]: row n, then k
+const WBUF: u32 = 5120u;                // WN * BKP
+var<workgroup> w_h: array<f16, 10240>;  // 2 x [WN][BKP]: row n, then k
 var<workgroup> c_sh: array<f32, 4096>;  // [WM / 4][WN]: a quarter of the finished tile
 
 @compute @workgroup_size(256)
@@ -35,20 +36,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // A's fragments load one K step ahead (matmul_f16.wgsl).
     let arow = (m0 + qm) * K;
     var a = load_a(arow, 0u);
-    var t = load_runs(n0, 0u, lid, 256u);
+    // W's first step staged before the loop; each iteration then multiplies from one half of
+    // w_h while it stores the next step into the other (one barrier a step instead of two).
+    put_runs(load_runs(n0, 0u, lid, 256u), lid, 256u, 0u);
+    workgroupBarrier();
     for (var k0 = 0u; k0 < K; k0 += BK) {
-        put_runs(t, lid, 256u);
-        workgroupBarrier();
-        if (k0 + BK < K) {
+        let cur = ((k0 / BK) % 2u) * WBUF;
+        let more = k0 + BK < K;
+        var t: Runs;
+        if (more) {
             t = load_runs(n0, k0 + BK, lid, 256u);
         }
         // The last step loads its own fragments again: matrix loads stay out of branches.
         let x = a;
         a = load_a(arow, min(k0 + BK, K - BK));
-        let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BKP], BKP);
-        let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BKP], BKP);
-        let b2 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 32u) * BKP], BKP);
-        let b3 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 48u) * BKP], BKP);
+        let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + qn * BKP], BKP);
+        let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + (qn + 16u) * BKP], BKP);
+        let b2 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + (qn + 32u) * BKP], BKP);
+        let b3 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + (qn + 48u) * BKP], BKP);
         c00 = coopMultiplyAdd(x.x00, b0, c00);
         c01 = coopMultiplyAdd(x.x00, b1, c01);
         c02 = coopMultiplyAdd(x.x00, b2, c02);
@@ -57,10 +62,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         c11 = coopMultiplyAdd(x.x10, b1, c11);
         c12 = coopMultiplyAdd(x.x10, b2, c12);
         c13 = coopMultiplyAdd(x.x10, b3, c13);
-        let d0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[qn * BKP + 16u], BKP);
-        let d1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 16u) * BKP + 16u], BKP);
-        let d2 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 32u) * BKP + 16u], BKP);
-        let d3 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(qn + 48u) * BKP + 16u], BKP);
+        let d0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + qn * BKP + 16u], BKP);
+        let d1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + (qn + 16u) * BKP + 16u], BKP);
+        let d2 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + (qn + 32u) * BKP + 16u], BKP);
+        let d3 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + (qn + 48u) * BKP + 16u], BKP);
         c00 = coopMultiplyAdd(x.x01, d0, c00);
         c01 = coopMultiplyAdd(x.x01, d1, c01);
         c02 = coopMultiplyAdd(x.x01, d2, c02);
@@ -69,6 +74,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         c11 = coopMultiplyAdd(x.x11, d1, c11);
         c12 = coopMultiplyAdd(x.x11, d2, c12);
         c13 = coopMultiplyAdd(x.x11, d3, c13);
+        if (more) {
+            put_runs(t, lid, 256u, WBUF - cur);
+        }
         workgroupBarrier();
     }
     // Quarter h holds tokens 32h .. 32h + 31, owned by subgroups 2h and 2h + 1.

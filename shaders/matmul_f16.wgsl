@@ -1,7 +1,7 @@
 // What the matrix-unit matmuls (matmul_coop.wgsl, matmul_coop_wide.wgsl) share beside the tile:
 // A in f16 straight from memory (to_f16.wgsl converts each input once, rows of K, in buffers
 // with whole tiles of rows), and the staging of W's K step into the f16 tile `w_h` (k
-// contiguous, row stride BKP) that each kernel declares with its own size. Matrix loads of A
+// contiguous, row stride BKP; two of them, WBUF halves apart) that each kernel declares with its own size. Matrix loads of A
 // from memory rather than through workgroup memory: each invocation then converts and stores
 // only its weights, the part of a K step that cost the most.
 
@@ -41,8 +41,8 @@ fn load_runs(n0: u32, k0: u32, lid: u32, wg: u32) -> Runs {
     return t;
 }
 
-fn put_w(j: u32, w: W8) {
-    let o = (j / 4u) * BKP + (j % 4u) * 8u;
+fn put_w(base: u32, j: u32, w: W8) {
+    let o = base + (j / 4u) * BKP + (j % 4u) * 8u;
     w_h[o] = f16(w.lo.x);
     w_h[o + 1u] = f16(w.lo.y);
     w_h[o + 2u] = f16(w.lo.z);
@@ -53,7 +53,9 @@ fn put_w(j: u32, w: W8) {
     w_h[o + 7u] = f16(w.hi.w);
 }
 
-fn put_runs(t: Runs, lid: u32, wg: u32) {
-    put_w(lid, t.w0);
-    put_w(lid + wg, t.w1);
+// Into the half of `w_h` at `base`: the kernels alternate two halves, so a step's weights are
+// stored while the previous step's products read the other half, one barrier a step.
+fn put_runs(t: Runs, lid: u32, wg: u32, base: u32) {
+    put_w(base, lid, t.w0);
+    put_w(base, lid + wg, t.w1);
 }

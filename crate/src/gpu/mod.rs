@@ -74,10 +74,10 @@ fn web_subgroups32() -> bool {
 /// The least we need; checked up front so a weak adapter fails with a clear message.
 const MIN_WORKGROUP_STORAGE: u32 = 16 * 1024;
 const MIN_INVOCATIONS: u32 = 256;
-/// Workgroup memory of the larger matrix-unit matmul (matmul_coop_wide.wgsl): the padded f16 W
-/// tile (10 KiB) and a quarter of the f32 output tile (16 KiB). Prefill attention on matrix
-/// units needs more and checks for itself (forward.rs `ATTENTION_COOP_STORAGE`).
-const COOP_WORKGROUP_STORAGE: u32 = 26 * 1024;
+/// Workgroup memory of the larger matrix-unit matmul (matmul_coop_wide.wgsl): two padded f16 W
+/// tiles (10 KiB each) and a quarter of the f32 output tile (16 KiB). Prefill attention on
+/// matrix units needs more and checks for itself (ops/attention.rs `ATTENTION_COOP_STORAGE`).
+const COOP_WORKGROUP_STORAGE: u32 = 36 * 1024;
 
 impl Gpu {
     /// Pick an adapter (high performance first) and open a device with the adapter's limits.
