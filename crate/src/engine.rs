@@ -27,18 +27,36 @@ pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
 /// most this many steps too many.
 pub const PIPELINE_DEPTH: usize = 4;
 
-#[derive(Clone, Debug)]
+/// How to load a model. The package's load options deserialize straight into it (camelCase,
+/// unknown fields refused; `from_json`).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct LoadOptions {
     /// KV cache length in tokens; default min(model's training context, 4096), grown when a
     /// prompt does not fit (to the prompt plus up to 4096 tokens to generate).
     pub context_length: Option<usize>,
     /// Most tokens one prefill step processes (longer prompts run in chunks).
     pub max_batch: usize,
-    /// Quantize F32/F16/BF16 safetensors weights at load (model folders only).
+    /// Quantize F32/F16/BF16 safetensors weights at load (model folders only). JSON: "q8_0",
+    /// "q4_0" or "none".
+    #[serde(deserialize_with = "quantize_name")]
     pub quantize: crate::model::hf::Quantize,
 }
 
+fn quantize_name<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<crate::model::hf::Quantize, D::Error> {
+    let name: String = serde::Deserialize::deserialize(d)?;
+    name.parse().map_err(|e: Error| match e {
+        Error::InvalidOption(m) => serde::de::Error::custom(m),
+        e => serde::de::Error::custom(e),
+    })
+}
+
 impl LoadOptions {
+    /// Load options as the package passes them (empty: defaults).
+    pub fn from_json(json: &str) -> Result<LoadOptions> {
+        crate::generation::from_js(json, "load options")
+    }
+
     /// Refuse bad options before anything is read or uploaded.
     fn validate(&self) -> Result<()> {
         if self.max_batch == 0 {
