@@ -6,7 +6,7 @@
 
 use crate::engine::{now_ms, Engine};
 use crate::error::{Error, Result};
-use crate::model::forward::{Pick, TOKEN_SLOTS};
+use crate::model::forward::Pick;
 use crate::sampler::{Rng, SamplingParams};
 
 #[derive(Clone, Debug)]
@@ -140,22 +140,16 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         if let Some(p) = sampling {
             rt.set_sampling(p, &[first])?;
         }
-        let mut inflight = std::collections::VecDeque::new();
+        let pick = Pick { sampled: sampling.is_some(), masked: false, hidden: false };
+        let mut queue = crate::runtime::StepQueue::default();
         let mut feed = Some(first);
-        for i in 0..gen {
-            let slot = i % TOKEN_SLOTS;
-            inflight.push_back((
-                slot,
-                rt.submit_token(feed.take(), slot, Pick { sampled: sampling.is_some(), masked: false, hidden: false })?,
-            ));
-            if inflight.len() >= crate::engine::PIPELINE_DEPTH {
-                let (s, sub) = inflight.pop_front().unwrap();
-                rt.read_token(s, sub).await?;
+        for _ in 0..gen {
+            queue.push(rt, feed.take(), pick)?;
+            if queue.len() >= crate::engine::PIPELINE_DEPTH {
+                queue.pop(rt).await?;
             }
         }
-        while let Some((s, sub)) = inflight.pop_front() {
-            rt.read_token(s, sub).await?;
-        }
+        while queue.pop(rt).await?.is_some() {}
         Ok(now_ms() - t0)
     }
 
