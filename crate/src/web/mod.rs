@@ -230,6 +230,28 @@ pub async fn load_hf_engine(
     Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
 }
 
+/// A step of the current chat completion, borrowing the engine and the run.
+type ChatStep<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, JsValue>> + 'a>>;
+
+impl WasmEngine {
+    /// Run `f` on the engine and the current chat completion (an error naming `call` before
+    /// `chatStart`).
+    fn with_chat(
+        &self,
+        call: &'static str,
+        f: impl for<'a> FnOnce(&'a mut Engine, &'a mut crate::chat::ChatRun) -> ChatStep<'a> + 'static,
+    ) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
+            let State { engine, chat, .. } = &mut *guard;
+            let run =
+                chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption(format!("{call}() before chatStart()"))))?;
+            f(engine, run).await
+        })
+    }
+}
+
 #[wasm_bindgen]
 impl WasmEngine {
     /// JSON: adapter, model config, context length, memory and dispatch counts.
@@ -333,29 +355,21 @@ impl WasmEngine {
     /// The next chunk of a streamed chat completion as JSON, or `null` at its end.
     #[wasm_bindgen(js_name = chatNext)]
     pub fn chat_next(&self) -> js_sys::Promise {
-        let inner = self.inner.clone();
-        wasm_bindgen_futures::future_to_promise(async move {
-            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
-            let State { engine, chat, .. } = &mut *guard;
-            let run =
-                chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatNext() before chatStart()".into())))?;
-            match run.next_chunk(engine).await.map_err(js_err)? {
-                Some(c) => Ok(JsValue::from_str(&c.to_string())),
-                None => Ok(JsValue::NULL),
-            }
+        self.with_chat("chatNext", |engine, run| {
+            Box::pin(async move {
+                Ok(match run.next_chunk(engine).await.map_err(js_err)? {
+                    Some(c) => JsValue::from_str(&c.to_string()),
+                    None => JsValue::NULL,
+                })
+            })
         })
     }
 
     /// One token of a (non-streamed) chat completion; resolves to false once it is done.
     #[wasm_bindgen(js_name = chatStep)]
     pub fn chat_step(&self) -> js_sys::Promise {
-        let inner = self.inner.clone();
-        wasm_bindgen_futures::future_to_promise(async move {
-            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
-            let State { engine, chat, .. } = &mut *guard;
-            let run =
-                chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatStep() before chatStart()".into())))?;
-            Ok(JsValue::from_bool(run.step(engine).await.map_err(js_err)?))
+        self.with_chat("chatStep", |engine, run| {
+            Box::pin(async move { Ok(JsValue::from_bool(run.step(engine).await.map_err(js_err)?)) })
         })
     }
 
