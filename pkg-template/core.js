@@ -269,6 +269,26 @@ async function hfTexts(folder, config) {
   return texts;
 }
 
+/**
+ * The engine `load()` makes, reading through `source` (a ModelSource or ModelFolder): on failure a
+ * half-made engine is freed, and a failed read (which reaches us wrapped as an IoError) is
+ * surfaced as the download error itself; the source is released either way.
+ */
+async function loadFrom(source, load) {
+  let wasm;
+  try {
+    wasm = await load();
+    await source.finish();
+    return wasm;
+  } catch (e) {
+    wasm?.free();
+    if (source.lastError && (e?.name === 'IoError' || !e?.name)) throw source.lastError;
+    throw toError(e);
+  } finally {
+    source.release();
+  }
+}
+
 export class LocalEngine {
   /**
    * @param {object} o  {model, format, quantize, contextLength, maxBatch, cache, sha256, retries, chunkSize, wasm}
@@ -298,35 +318,18 @@ export class LocalEngine {
     if (what.kind === 'gguf') {
       if (o.sha256 != null && typeof o.sha256 !== 'string') throw namedError('InvalidOptionError', 'createEngine: sha256 of a GGUF file must be a hex string');
       source = await ModelSource.open(what.model, srcOpts);
-      try {
-        wasm = await withSubgroups(() => mod.loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress));
-        await source.finish();
-      } catch (e) {
-        wasm?.free();
-        // A failed read reaches us wrapped as an IoError: surface the download error itself.
-        if (source.lastError && (e?.name === 'IoError' || !e?.name)) throw source.lastError;
-        throw toError(e);
-      } finally {
-        source.release();
-      }
+      wasm = await loadFrom(source, () => withSubgroups(() => mod.loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress)));
     } else {
       const folder = what.folder;
       source = folder;
-      try {
+      wasm = await loadFrom(folder, async () => {
         if (o.sha256 != null && (typeof o.sha256 !== 'object' || Array.isArray(o.sha256))) {
           throw namedError('InvalidOptionError', "createEngine: sha256 of a model folder must map file names to hex digests, e.g. { 'model.safetensors': '...' }");
         }
         const texts = what.kind === 'mlc' ? await mlcTexts(folder, what.chatConfig) : await hfTexts(folder, what.config);
         await folder.saveManifest(false);
-        wasm = await withSubgroups(() => mod.loadHfEngine(texts, (name) => folder.weights(name), opts, progress));
-        await folder.finish();
-      } catch (e) {
-        wasm?.free();
-        if (folder.lastError && (e?.name === 'IoError' || !e?.name)) throw folder.lastError;
-        throw toError(e);
-      } finally {
-        folder.release();
-      }
+        return withSubgroups(() => mod.loadHfEngine(texts, (name) => folder.weights(name), opts, progress));
+      });
     }
     const eng = new LocalEngine(wasm, source);
     eng.loadMs = performance.now() - t0;

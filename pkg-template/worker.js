@@ -18,6 +18,17 @@ function errorData(e) {
 // fails every pending call and terminates the worker.
 onCrash((e) => postMessage({ type: 'crashed', error: errorData(e) }));
 
+// A call whose chunks go back as messages while it runs; {op: 'cancel', target: m.id} aborts it.
+async function streamed(m, run) {
+  const ac = new AbortController();
+  running.set(m.id, ac);
+  try {
+    return await run((chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
+  } finally {
+    running.delete(m.id);
+  }
+}
+
 const ops = {
   async load(m) {
     if (engine) throw Object.assign(new Error('this worker already holds an engine'), { name: 'InvalidOptionError' });
@@ -32,33 +43,9 @@ const ops = {
   benchmark: (m) => engine.benchmark(m.options),
   loseDeviceForTesting: () => engine.loseDeviceForTesting(),
   decode: (m) => engine.decode(m.ids),
-  async generate(m) {
-    const ac = new AbortController();
-    running.set(m.id, ac);
-    try {
-      return await engine.run(m.input, m.options, (chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
-    } finally {
-      running.delete(m.id);
-    }
-  },
-  async chat(m) {
-    const ac = new AbortController();
-    running.set(m.id, ac);
-    try {
-      return await engine.chat(m.req, m.chatId, (chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
-    } finally {
-      running.delete(m.id);
-    }
-  },
-  async embed(m) {
-    const ac = new AbortController();
-    running.set(m.id, ac);
-    try {
-      return await engine.embed(m.req, (chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
-    } finally {
-      running.delete(m.id);
-    }
-  },
+  generate: (m) => streamed(m, (emit, signal) => engine.run(m.input, m.options, emit, signal)),
+  chat: (m) => streamed(m, (emit, signal) => engine.chat(m.req, m.chatId, emit, signal)),
+  embed: (m) => streamed(m, (emit, signal) => engine.embed(m.req, emit, signal)),
   async unload() {
     for (const ac of running.values()) ac.abort();
     await engine?.unload();

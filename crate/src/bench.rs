@@ -6,7 +6,7 @@
 
 use crate::engine::{now_ms, Engine};
 use crate::error::{Error, Result};
-use crate::model::forward::{Pick, TOKEN_SLOTS};
+use crate::model::forward::Pick;
 use crate::sampler::{Rng, SamplingParams};
 
 #[derive(Clone, Debug)]
@@ -22,39 +22,36 @@ pub struct BenchOptions {
 
 impl BenchOptions {
     /// Options as JavaScript passes them (`engine.benchmark({promptLen, gen, depth, reps,
-    /// temperature, topK, topP, minP, repetitionPenalty, seed})`); unknown fields are refused.
+    /// temperature, topK, topP, minP, repetitionPenalty, seed})`): the sampling fields are
+    /// `SamplingParams`' own (seed 1 unless given, as `ferrolm bench`); any of them but the seed
+    /// makes the decode sampled. Unknown fields are refused, and so are OpenAI's penalties and
+    /// logit bias (the GPU sampler the benchmark measures does not apply them).
     pub fn from_json(json: &str) -> Result<BenchOptions> {
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
         struct Js {
             prompt_len: Option<usize>,
             gen: Option<usize>,
             depth: Option<usize>,
             reps: Option<usize>,
-            temperature: Option<f32>,
-            top_k: Option<usize>,
-            top_p: Option<f32>,
-            min_p: Option<f32>,
-            repetition_penalty: Option<f32>,
-            seed: Option<u64>,
+            #[serde(flatten)]
+            sampling: SamplingParams,
         }
-        let j: Js = serde_json::from_str(json).map_err(|e| Error::InvalidOption(format!("benchmark options: {e}")))?;
-        let any = j.temperature.is_some()
-            || j.top_k.is_some()
-            || j.top_p.is_some()
-            || j.min_p.is_some()
-            || j.repetition_penalty.is_some();
-        // Seed 1 unless given, as `ferrolm bench`.
-        let d = SamplingParams { seed: 1, ..SamplingParams::default() };
-        let sampling = SamplingParams {
-            temperature: j.temperature.unwrap_or(d.temperature),
-            top_k: j.top_k.unwrap_or(d.top_k),
-            top_p: j.top_p.unwrap_or(d.top_p),
-            min_p: j.min_p.unwrap_or(d.min_p),
-            repetition_penalty: j.repetition_penalty.unwrap_or(d.repetition_penalty),
-            seed: j.seed.unwrap_or(d.seed),
-            ..d
-        };
+        const WHAT: &str = "benchmark options";
+        let j: Js = crate::generation::from_js(json, WHAT)?;
+        let keys = crate::generation::js_keys(json);
+        let cpu_only = ["frequencyPenalty", "presencePenalty", "logitBias"];
+        if let Some(k) = keys.iter().find(|k| cpu_only.contains(&k.as_str())) {
+            return Err(Error::InvalidOption(format!(
+                "{WHAT}: unknown field `{k}` (the GPU sampler does not apply it)"
+            )));
+        }
+        let own = ["promptLen", "gen", "depth", "reps", "seed"];
+        let any = keys.iter().any(|k| !own.contains(&k.as_str()));
+        let mut sampling = j.sampling;
+        if !keys.iter().any(|k| k == "seed") {
+            sampling.seed = 1;
+        }
         Ok(BenchOptions {
             prompt_len: j.prompt_len.unwrap_or(512),
             gen: j.gen.unwrap_or(128),
@@ -143,22 +140,16 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         if let Some(p) = sampling {
             rt.set_sampling(p, &[first])?;
         }
-        let mut inflight = std::collections::VecDeque::new();
+        let pick = Pick { sampled: sampling.is_some(), masked: false, hidden: false };
+        let mut queue = crate::runtime::StepQueue::default();
         let mut feed = Some(first);
-        for i in 0..gen {
-            let slot = i % TOKEN_SLOTS;
-            inflight.push_back((
-                slot,
-                rt.submit_token(feed.take(), slot, Pick { sampled: sampling.is_some(), masked: false, hidden: false })?,
-            ));
-            if inflight.len() >= crate::engine::PIPELINE_DEPTH {
-                let (s, sub) = inflight.pop_front().unwrap();
-                rt.read_token(s, sub).await?;
+        for _ in 0..gen {
+            queue.push(rt, feed.take(), pick)?;
+            if queue.len() >= crate::engine::PIPELINE_DEPTH {
+                queue.pop(rt).await?;
             }
         }
-        while let Some((s, sub)) = inflight.pop_front() {
-            rt.read_token(s, sub).await?;
-        }
+        while queue.pop(rt).await?.is_some() {}
         Ok(now_ms() - t0)
     }
 

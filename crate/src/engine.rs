@@ -8,10 +8,11 @@ pub use crate::generation::{
     GenStats, GenerateOptions, GenerationResult, StopReason, TokenEvent, TokenLogprob, DEFAULT_MAX_TOKENS,
 };
 use crate::gpu::Gpu;
-use crate::model::forward::{self, Pick};
+use crate::model::forward::Pick;
 use crate::model::weights;
 use crate::model::ModelConfig;
 pub use crate::runtime::Runtime;
+use crate::runtime::StepQueue;
 use crate::sampler::{self, Sampler, SamplingDefaults};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::weights::{read_gguf_header, AsyncSource};
@@ -27,18 +28,36 @@ pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
 /// most this many steps too many.
 pub const PIPELINE_DEPTH: usize = 4;
 
-#[derive(Clone, Debug)]
+/// How to load a model. The package's load options deserialize straight into it (camelCase,
+/// unknown fields refused; `from_json`).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct LoadOptions {
     /// KV cache length in tokens; default min(model's training context, 4096), grown when a
     /// prompt does not fit (to the prompt plus up to 4096 tokens to generate).
     pub context_length: Option<usize>,
     /// Most tokens one prefill step processes (longer prompts run in chunks).
     pub max_batch: usize,
-    /// Quantize F32/F16/BF16 safetensors weights at load (model folders only).
+    /// Quantize F32/F16/BF16 safetensors weights at load (model folders only). JSON: "q8_0",
+    /// "q4_0" or "none".
+    #[serde(deserialize_with = "quantize_name")]
     pub quantize: crate::model::hf::Quantize,
 }
 
+fn quantize_name<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<crate::model::hf::Quantize, D::Error> {
+    let name: String = serde::Deserialize::deserialize(d)?;
+    name.parse().map_err(|e: Error| match e {
+        Error::InvalidOption(m) => serde::de::Error::custom(m),
+        e => serde::de::Error::custom(e),
+    })
+}
+
 impl LoadOptions {
+    /// Load options as the package passes them (empty: defaults).
+    pub fn from_json(json: &str) -> Result<LoadOptions> {
+        crate::generation::from_js(json, "load options")
+    }
+
     /// Refuse bad options before anything is read or uploaded.
     fn validate(&self) -> Result<()> {
         if self.max_batch == 0 {
@@ -350,8 +369,7 @@ impl Engine {
             gpu: !opts.needs_cpu(),
             gpu_sampled,
             feed: None,
-            inflight: std::collections::VecDeque::new(),
-            submitted: 0,
+            queue: StepQueue::default(),
             decoder: self.tokenizer.as_ref().map(|t| t.stream()),
             top_logits,
             logprobs_k: opts.logprobs,
@@ -413,7 +431,7 @@ impl Engine {
         // sequence with the long factors, as transformers' generate() does (it drops its cache
         // there); its logits then give this step's token.
         if g.logits.is_none()
-            && g.inflight.is_empty()
+            && g.queue.is_empty()
             && self.rt.pos + 1 == g.history.len()
             && self.rt.pos < self.rt.context
             && self.rt.cfg.rope_recompute_at(self.rt.rope_key, g.history.len())
@@ -429,29 +447,25 @@ impl Engine {
         } else if g.gpu {
             // Keep a few steps queued on the GPU: each one's token feeds the next, and the CPU
             // reads the chosen ids back one step behind.
-            if g.gpu_sampled && g.submitted == 0 {
+            if g.gpu_sampled && g.queue.submitted() == 0 {
                 self.rt.set_sampling(&g.sampler.params, &g.history)?;
             }
             // A constraint's next mask depends on the token just chosen: no steps queued ahead.
             let depth = if g.constraint.is_some() { 1 } else { PIPELINE_DEPTH };
             let pick = Pick { sampled: g.gpu_sampled, masked: g.constraint.is_some(), hidden: false };
-            while g.inflight.len() < depth
-                && g.tokens.len() + g.inflight.len() < g.max_tokens
+            while g.queue.len() < depth
+                && g.tokens.len() + g.queue.len() < g.max_tokens
                 && self.rt.pos < self.rt.context
                 && !self.rt.cfg.rope_recompute_at(self.rt.rope_key, self.rt.pos + 1)
             {
                 if let Some(c) = g.constraint.as_mut() {
                     self.rt.set_mask(&c.allowed_bits(self.rt.cfg.vocab)?);
                 }
-                let slot = g.submitted % forward::TOKEN_SLOTS;
-                let sub = self.rt.submit_token(g.feed.take(), slot, pick)?;
-                g.inflight.push_back((slot, sub));
-                g.submitted += 1;
+                g.queue.push(&mut self.rt, g.feed.take(), pick)?;
             }
-            let Some((slot, sub)) = g.inflight.pop_front() else {
+            let Some(id) = g.queue.pop(&self.rt).await? else {
                 return Ok(g.end(StopReason::Context));
             };
-            let id = self.rt.read_token(slot, sub).await?;
             if id as usize >= self.rt.cfg.vocab {
                 return Err(Error::Gpu(format!("the GPU sampler returned token {id}, outside the vocabulary")));
             }
@@ -523,8 +537,7 @@ pub struct Generation {
     gpu_sampled: bool,
     /// A CPU-chosen token the next GPU step must embed.
     feed: Option<u32>,
-    inflight: std::collections::VecDeque<(usize, wgpu::SubmissionIndex)>,
-    submitted: usize,
+    queue: StepQueue,
     decoder: Option<StreamDecoder>,
     pub top_logits: Vec<(u32, f32)>,
     logprobs_k: Option<usize>,

@@ -8,25 +8,85 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 /// Tokens generated when the caller does not say.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
 
-#[derive(Clone, Debug)]
+/// What a generation is asked for. The one definition of `generate()`'s options: the package's
+/// JSON deserializes straight into it (`from_json`: camelCase, the sampling fields flattened,
+/// unknown fields refused by name), so a new option is a field here (and its check in
+/// `validate`), its type in pkg-template/index.d.ts, and its CLI flag.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct GenerateOptions {
     pub max_tokens: usize,
+    #[serde(flatten)]
     pub sampling: SamplingParams,
     /// Token ids that end generation; default: the model's EOS/EOT tokens.
     pub stop_ids: Option<Vec<u32>>,
     /// Strings that end generation: the text stops before the first one (which is not returned).
+    /// JSON: one string or an array of them.
+    #[serde(deserialize_with = "one_or_many")]
     pub stop: Vec<String>,
     /// Report this many of the largest raw logits of the first generated position.
     pub top_logits: usize,
     /// Report each token's log-probability with this many alternatives (0..=20); `None`: none.
     pub logprobs: Option<usize>,
     /// Output the constraint accepts (JSON, a JSON schema, a grammar); `None`: free text.
+    /// JSON: at most one of `jsonSchema`, `jsonObject: true` and `grammar`.
+    #[serde(flatten, deserialize_with = "constraint_fields")]
     pub constraint: Option<crate::constrain::ConstraintSpec>,
     /// Reuse the KV cache of the longest common prefix with the previous sequence.
     pub prefix_cache: bool,
     /// Choose every token on the CPU from read-back logits (`sampler::Sampler`) instead of on
     /// the GPU (slower: a readback a token and no pipelining; for checking the GPU sampler).
+    /// Not a package option.
+    #[serde(skip)]
     pub cpu_sampling: bool,
+}
+
+/// Options JSON as the package passes it (empty: all defaults), refused as an `InvalidOption`
+/// that starts with `what` and names the field at fault.
+pub fn from_js<T: serde::de::DeserializeOwned + Default>(json: &str, what: &str) -> crate::Result<T> {
+    if json.trim().is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_str(json).map_err(|e| crate::Error::InvalidOption(format!("{what}: {e}")))
+}
+
+/// The fields options JSON (already accepted by `from_js`) gives.
+pub(crate) fn js_keys(json: &str) -> Vec<String> {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+        .map(|m| m.into_iter().map(|(k, _)| k).collect())
+        .unwrap_or_default()
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(match <crate::chat::Stop as serde::Deserialize>::deserialize(d)? {
+        crate::chat::Stop::One(s) => vec![s],
+        crate::chat::Stop::Many(v) => v,
+    })
+}
+
+fn constraint_fields<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<crate::constrain::ConstraintSpec>, D::Error> {
+    use crate::constrain::ConstraintSpec as C;
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Fields {
+        json_schema: Option<serde_json::Value>,
+        json_object: Option<bool>,
+        grammar: Option<String>,
+    }
+    let f = <Fields as serde::Deserialize>::deserialize(d)?;
+    let given = [
+        f.json_schema.map(C::JsonSchema),
+        f.json_object.filter(|&b| b).map(|_| C::JsonObject),
+        f.grammar.as_deref().map(C::grammar),
+    ];
+    let mut given = given.into_iter().flatten();
+    let constraint = given.next();
+    if given.next().is_some() {
+        return Err(serde::de::Error::custom("only one of jsonSchema, jsonObject and grammar may be given"));
+    }
+    Ok(constraint)
 }
 
 impl Default for GenerateOptions {
@@ -46,6 +106,16 @@ impl Default for GenerateOptions {
 }
 
 impl GenerateOptions {
+    /// `generate()`'s options as the package passes them; `seed()` gives the seed when they
+    /// name none.
+    pub fn from_json(json: &str, seed: impl FnOnce() -> u64) -> crate::Result<GenerateOptions> {
+        let mut o: GenerateOptions = from_js(json, "generate options")?;
+        if !js_keys(json).iter().any(|k| k == "seed") {
+            o.sampling.seed = seed();
+        }
+        Ok(o)
+    }
+
     pub fn validate(&self) -> crate::Result<()> {
         self.sampling.validate()?;
         if let Some(k) = self.logprobs {
@@ -197,7 +267,28 @@ fn floor_char(s: &str, mut i: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::TextOut;
+    use super::{GenerateOptions, TextOut};
+
+    #[test]
+    fn options_from_package_json() {
+        let o = GenerateOptions::from_json("", || 9).unwrap();
+        assert_eq!((o.max_tokens, o.sampling.seed, o.prefix_cache), (super::DEFAULT_MAX_TOKENS, 9, true));
+        let j = r#"{"maxTokens":3,"topK":5,"temperature":0.5,"seed":7,"logitBias":{"5":-1.5},"stop":"x","stopIds":[],"prefixCache":false,"grammar":"start: \"a\""}"#;
+        let o = GenerateOptions::from_json(j, || 9).unwrap();
+        assert_eq!((o.max_tokens, o.sampling.top_k, o.sampling.temperature, o.sampling.seed), (3, 5, 0.5, 7));
+        assert_eq!(o.sampling.logit_bias, vec![(5, -1.5)]);
+        assert_eq!((o.stop, o.stop_ids, o.prefix_cache), (vec!["x".to_string()], Some(vec![]), false));
+        assert!(matches!(o.constraint, Some(crate::constrain::ConstraintSpec::Lark(_))));
+        assert_eq!(GenerateOptions::from_json(r#"{"stop":["a","b"]}"#, || 0).unwrap().stop, ["a", "b"]);
+        assert!(GenerateOptions::from_json(r#"{"jsonObject":false}"#, || 0).unwrap().constraint.is_none());
+        let err = |j: &str| GenerateOptions::from_json(j, || 0).unwrap_err().to_string();
+        assert!(err(r#"{"maxToken":3}"#).contains("generate options: unknown field `maxToken`"));
+        assert!(err(r#"{"temprature":3}"#).contains("`temprature`"));
+        assert!(err(r#"{"cpuSampling":true}"#).contains("`cpuSampling`"));
+        assert!(err(r#"{"topK":"x"}"#).contains("invalid type"));
+        assert!(err(r#"{"logitBias":{"a":1}}"#).contains(r#"logitBias key "a" is not a token id"#));
+        assert!(err(r#"{"grammar":"a","jsonObject":true}"#).contains("only one of jsonSchema, jsonObject and grammar"));
+    }
 
     #[test]
     fn stop_strings_hold_back_and_cut() {

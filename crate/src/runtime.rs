@@ -9,27 +9,85 @@ use crate::model::weights::ModelWeights;
 use crate::model::ModelConfig;
 use crate::sampler::SamplingParams;
 
-/// Timestamp queries around one compute pass.
+/// `count` timestamp queries written during a submission, resolved and read back after it.
 struct Timer {
     queries: wgpu::QuerySet,
     resolve: wgpu::Buffer,
     readback: wgpu::Buffer,
+    count: u32,
 }
 
 impl Timer {
-    pub(crate) fn new(gpu: &Gpu) -> Timer {
+    fn new(gpu: &Gpu, count: u32) -> Timer {
         let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
             label: Some("step timer"),
             ty: wgpu::QueryType::Timestamp,
-            count: 2,
+            count,
         });
+        let size = count as u64 * 8;
         let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("timestamps"),
-            size: 16,
+            size,
             usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
-        Timer { queries, resolve, readback: gpu.readback_buffer("timestamps readback", 16) }
+        Timer { queries, resolve, readback: gpu.readback_buffer("timestamps readback", size), count }
+    }
+
+    /// Copy the timestamps out at the end of `enc`.
+    fn resolve(&self, enc: &mut wgpu::CommandEncoder) {
+        enc.resolve_query_set(&self.queries, 0..self.count, &self.resolve, 0);
+        enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, self.count as u64 * 8);
+    }
+
+    /// Milliseconds between consecutive timestamps, once `sub` is done.
+    async fn read_ms(&self, gpu: &Gpu, sub: wgpu::SubmissionIndex) -> Result<Vec<f64>> {
+        let bytes = gpu.read_mapped_after(&self.readback, self.count as u64 * 8, Some(sub)).await?;
+        let t: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
+        let period = gpu.queue.get_timestamp_period() as f64;
+        Ok(t.windows(2).map(|w| w[1].saturating_sub(w[0]) as f64 * period / 1e6).collect())
+    }
+}
+
+/// Decode steps queued on the GPU, each choosing its token there, read back oldest first (one
+/// step behind, so the GPU never waits for the CPU): the pipelined decode loop of `Engine::step`
+/// and of the benchmark.
+#[derive(Default)]
+pub struct StepQueue {
+    inflight: std::collections::VecDeque<(usize, wgpu::SubmissionIndex)>,
+    submitted: usize,
+}
+
+impl StepQueue {
+    /// Steps queued and not read back yet.
+    pub fn len(&self) -> usize {
+        self.inflight.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inflight.is_empty()
+    }
+
+    /// Steps queued so far.
+    pub fn submitted(&self) -> usize {
+        self.submitted
+    }
+
+    /// Queue one step (`Runtime::submit_token`) into the next readback slot.
+    pub fn push(&mut self, rt: &mut Runtime, feed: Option<u32>, pick: Pick) -> Result<()> {
+        let slot = self.submitted % forward::TOKEN_SLOTS;
+        let sub = rt.submit_token(feed, slot, pick)?;
+        self.inflight.push_back((slot, sub));
+        self.submitted += 1;
+        Ok(())
+    }
+
+    /// The token of the oldest queued step; `None` when none is queued.
+    pub async fn pop(&mut self, rt: &Runtime) -> Result<Option<u32>> {
+        match self.inflight.pop_front() {
+            Some((slot, sub)) => rt.read_token(slot, sub).await.map(Some),
+            None => Ok(None),
+        }
     }
 }
 
@@ -76,6 +134,26 @@ fn batch_for(cfg: &ModelConfig, max_batch: usize, context: usize) -> usize {
     }
 }
 
+/// Activations and KV cache for `context` tokens and both programs recorded over them; returns
+/// the prefill batch too.
+fn build(
+    gpu: &Gpu,
+    cfg: &ModelConfig,
+    weights: &ModelWeights,
+    max_batch: usize,
+    context: usize,
+    progress: Progress<'_>,
+) -> Result<(usize, Buffers, Program, Program)> {
+    let max_batch = batch_for(cfg, max_batch, context);
+    let bufs = Buffers::new(gpu, cfg, max_batch, context)?;
+    progress("compile", 0, 2);
+    let decode = forward::build(gpu, cfg, weights, &bufs, context, false)?;
+    progress("compile", 1, 2);
+    let prefill = forward::build(gpu, cfg, weights, &bufs, context, true)?;
+    progress("compile", 2, 2);
+    Ok((max_batch, bufs, decode, prefill))
+}
+
 impl Runtime {
     /// Size the context, build activations and both programs for loaded weights.
     pub(crate) fn new(
@@ -90,13 +168,7 @@ impl Runtime {
             Some(c) => c,
             None => cfg.context_train.clamp(1, 4096),
         };
-        let max_batch = batch_for(&cfg, opts.max_batch, context);
-        let bufs = Buffers::new(&gpu, &cfg, max_batch, context)?;
-        progress("compile", 0, 2);
-        let decode = forward::build(&gpu, &cfg, &weights, &bufs, context, false)?;
-        progress("compile", 1, 2);
-        let prefill = forward::build(&gpu, &cfg, &weights, &bufs, context, true)?;
-        progress("compile", 2, 2);
+        let (max_batch, bufs, decode, prefill) = build(&gpu, &cfg, &weights, opts.max_batch, context, progress)?;
         let readback = gpu.readback_buffer("logits readback", cfg.vocab as u64 * 4);
         let token_readback = (0..forward::TOKEN_SLOTS).map(|i| gpu.readback_buffer(&format!("token {i}"), 4)).collect();
         gpu.check()?;
@@ -124,10 +196,8 @@ impl Runtime {
     /// The cached positions are copied over (so a longer chat keeps its prefix), unless the
     /// rotary table they were computed with is not the one a fresh cache starts with.
     pub fn grow_context(&mut self, context: usize) -> Result<()> {
-        let max_batch = batch_for(&self.cfg, self.max_batch_opt, context);
-        let bufs = Buffers::new(&self.gpu, &self.cfg, max_batch, context)?;
-        let decode = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, false)?;
-        let prefill = forward::build(&self.gpu, &self.cfg, &self.weights, &bufs, context, true)?;
+        let (max_batch, bufs, decode, prefill) =
+            build(&self.gpu, &self.cfg, &self.weights, self.max_batch_opt, context, &mut |_, _, _| {})?;
         let fresh_key = self.cfg.rope_table_key(1);
         let keep = if fresh_key == self.rope_key { self.pos.min(context) } else { 0 };
         if keep > 0 {
@@ -197,11 +267,7 @@ impl Runtime {
     ) -> wgpu::SubmissionIndex {
         let n = ids.map_or(1, |i| i.len()) as u32;
         let gpu = &self.gpu;
-        if let Some(ids) = ids {
-            gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(ids));
-        }
-        gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n, self.pos as u32, slot as u32, 0]));
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        let mut enc = self.begin_step(ids, n, slot);
         {
             let timestamp_writes = timer.map(|t| wgpu::ComputePassTimestampWrites {
                 query_set: &t.queries,
@@ -209,12 +275,10 @@ impl Runtime {
                 end_of_pass_write_index: Some(1),
             });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
-            let program = if n == 1 && !pick.hidden { &self.decode } else { &self.prefill };
-            program.record(&mut pass, n, self.pos as u32, pick);
+            self.program(n, pick).record(&mut pass, n, self.pos as u32, pick);
         }
         if let Some(t) = timer {
-            enc.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);
-            enc.copy_buffer_to_buffer(&t.resolve, 0, &t.readback, 0, 16);
+            t.resolve(&mut enc);
         }
         match copy {
             CopyOut::Nothing => {}
@@ -231,6 +295,27 @@ impl Runtime {
         enc.copy_buffer_to_buffer(&self.bufs.tokens, slot as u64 * 4, &self.token_readback[slot], 0, 4);
         self.pos += n as usize;
         gpu.queue.submit([enc.finish()])
+    }
+
+    /// Write a step over `n` tokens at the current position (`ids`, or with `None` the token the
+    /// GPU chose last) and start its encoder.
+    fn begin_step(&self, ids: Option<&[u32]>, n: u32, slot: usize) -> wgpu::CommandEncoder {
+        if let Some(ids) = ids {
+            self.gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(ids));
+        }
+        let step = [n, self.pos as u32, slot as u32, 0];
+        self.gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&step));
+        self.gpu.device.create_command_encoder(&Default::default())
+    }
+
+    /// The program a step over `n` tokens runs: decode for one token (unless it wants hidden
+    /// states), else prefill.
+    fn program(&self, n: u32, pick: Pick) -> &Program {
+        if n == 1 && !pick.hidden {
+            &self.decode
+        } else {
+            &self.prefill
+        }
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
@@ -346,12 +431,9 @@ impl Runtime {
         if !self.gpu.summary.timestamps {
             return Ok(None);
         }
-        let timer = Timer::new(&self.gpu);
+        let timer = Timer::new(&self.gpu, 2);
         let sub = self.submit_timed(None, 0, CopyOut::Nothing, Pick::GREEDY, Some(&timer));
-        let bytes = self.gpu.read_mapped_after(&timer.readback, 16, Some(sub)).await?;
-        let t: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
-        let ns = t[1].saturating_sub(t[0]) as f64 * self.gpu.queue.get_timestamp_period() as f64;
-        Ok(Some(ns / 1e6))
+        Ok(timer.read_ms(&self.gpu, sub).await?.first().copied())
     }
 
     /// GPU time per kernel of one step over `n` tokens (decode when `n == 1`), from timestamps
@@ -361,39 +443,21 @@ impl Runtime {
         if !self.gpu.summary.timestamps_in_passes {
             return Ok(None);
         }
-        let program = if n == 1 { &self.decode } else { &self.prefill };
-        let count = program.dispatches(n, self.pos, Pick::GREEDY) as u32 + 1;
-        let qs = self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("profile"),
-            ty: wgpu::QueryType::Timestamp,
-            count,
-        });
-        let size = count as u64 * 8;
-        let resolve = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("profile"),
-            size,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        let readback = self.gpu.readback_buffer("profile readback", size);
+        let n32 = n as u32;
+        let program = self.program(n32, Pick::GREEDY);
+        let timer = Timer::new(&self.gpu, program.dispatches(n, self.pos, Pick::GREEDY) as u32 + 1);
         let ids = vec![1u32; n];
-        self.gpu.queue.write_buffer(&self.bufs.ids, 0, bytemuck::cast_slice(&ids));
-        self.gpu.queue.write_buffer(&self.bufs.step, 0, bytemuck::cast_slice(&[n as u32, self.pos as u32, 0, 0]));
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        let mut enc = self.begin_step(Some(&ids), n32, 0);
         let kernels = {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            program.record_profiled(&mut pass, n as u32, self.pos as u32, Pick::GREEDY, &qs)
+            program.record_profiled(&mut pass, n32, self.pos as u32, Pick::GREEDY, &timer.queries)
         };
-        enc.resolve_query_set(&qs, 0..count, &resolve, 0);
-        enc.copy_buffer_to_buffer(&resolve, 0, &readback, 0, size);
+        timer.resolve(&mut enc);
         let sub = self.gpu.queue.submit([enc.finish()]);
         self.pos += n;
-        let bytes = self.gpu.read_mapped_after(&readback, size, Some(sub)).await?;
-        let t: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
-        let period = self.gpu.queue.get_timestamp_period() as f64;
+        let ms = timer.read_ms(&self.gpu, sub).await?;
         let mut agg: Vec<(String, usize, f64)> = Vec::new();
-        for (i, k) in kernels.iter().enumerate() {
-            let ms = t[i + 1].saturating_sub(t[i]) as f64 * period / 1e6;
+        for (k, &ms) in kernels.iter().zip(&ms) {
             let name = k.to_string();
             match agg.iter_mut().find(|a| a.0 == name) {
                 Some(a) => {

@@ -4,8 +4,10 @@
 
 use crate::error::{Error, Result};
 
+/// Deserialized as the package spells it (camelCase: `topK`, `logitBias: {"id": bias}`), flattened
+/// into `GenerateOptions` and the benchmark's options; serialized (bench reports) in snake_case.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[serde(default, rename_all(deserialize = "camelCase"))]
 pub struct SamplingParams {
     /// 0 means greedy (argmax).
     pub temperature: f32,
@@ -22,8 +24,20 @@ pub struct SamplingParams {
     /// OpenAI's: subtracted from the logit of every token generated so far.
     pub presence_penalty: f32,
     /// Added to the logits of these token ids (OpenAI's `logit_bias`, -100..=100).
+    #[serde(deserialize_with = "bias_map")]
     pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
+}
+
+/// `{tokenId: bias}` (OpenAI's `logit_bias`) as (id, bias) pairs in key order.
+fn bias_map<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<(u32, f32)>, D::Error> {
+    let map: std::collections::BTreeMap<String, f32> = serde::Deserialize::deserialize(d)?;
+    map.into_iter()
+        .map(|(k, v)| match k.parse() {
+            Ok(id) => Ok((id, v)),
+            Err(_) => Err(serde::de::Error::custom(format!("logitBias key {k:?} is not a token id"))),
+        })
+        .collect()
 }
 
 impl Default for SamplingParams {

@@ -208,7 +208,7 @@ struct GenerateArgs {
     /// System message for --chat.
     #[arg(long)]
     system: Option<String>,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = ferrolm::generation::DEFAULT_MAX_TOKENS)]
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,

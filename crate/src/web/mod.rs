@@ -10,7 +10,6 @@ use crate::chat_template::ChatMessage;
 use crate::engine::{Engine, GenerateOptions, Generation, LoadOptions};
 use crate::error::{Error, Result};
 use crate::model::hf::{HfFiles, Quantize};
-use crate::sampler::SamplingParams;
 use crate::weights::source::{AsyncSource, ReadFuture};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -76,29 +75,6 @@ impl AsyncSource for JsSource {
     }
 }
 
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct JsLoadOptions {
-    context_length: Option<usize>,
-    max_batch: Option<usize>,
-    /// "q8_0" | "q4_0" | "none": quantize safetensors weights at load (model folders only).
-    quantize: Option<String>,
-}
-
-impl JsLoadOptions {
-    fn load_options(&self) -> Result<LoadOptions> {
-        let quantize = match &self.quantize {
-            Some(q) => q.parse()?,
-            None => Quantize::None,
-        };
-        Ok(LoadOptions {
-            context_length: self.context_length,
-            max_batch: self.max_batch.unwrap_or(LoadOptions::default().max_batch),
-            quantize,
-        })
-    }
-}
-
 /// A JS error value's message (an `Error`'s message, else its debug form).
 fn js_message(e: &JsValue) -> String {
     e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{e:?}"))
@@ -113,88 +89,8 @@ fn progress_fn(on_progress: JsValue) -> impl FnMut(&str, u64, u64) {
     }
 }
 
-/// `generate()`'s options as JavaScript spells them; an unknown one is an error naming it.
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct JsGenerateOptions {
-    max_tokens: Option<usize>,
-    temperature: Option<f32>,
-    top_k: Option<usize>,
-    top_p: Option<f32>,
-    min_p: Option<f32>,
-    repetition_penalty: Option<f32>,
-    frequency_penalty: Option<f32>,
-    presence_penalty: Option<f32>,
-    /// `{tokenId: bias}` as OpenAI's logit_bias.
-    logit_bias: Option<std::collections::BTreeMap<String, f32>>,
-    seed: Option<u64>,
-    stop: Option<crate::chat::Stop>,
-    stop_ids: Option<Vec<u32>>,
-    top_logits: Option<usize>,
-    logprobs: Option<usize>,
-    json_schema: Option<serde_json::Value>,
-    json_object: Option<bool>,
-    grammar: Option<String>,
-    prefix_cache: Option<bool>,
-}
-
-impl JsGenerateOptions {
-    fn options(self, random_seed: u64) -> Result<GenerateOptions> {
-        let d = GenerateOptions::default();
-        let s = SamplingParams::default();
-        let mut logit_bias = Vec::new();
-        for (k, v) in self.logit_bias.unwrap_or_default() {
-            let id = k.parse().map_err(|_| Error::InvalidOption(format!("logitBias key {k:?} is not a token id")))?;
-            logit_bias.push((id, v));
-        }
-        use crate::constrain::ConstraintSpec as C;
-        let constraints = [
-            self.json_schema.map(C::JsonSchema),
-            self.json_object.filter(|&b| b).map(|_| C::JsonObject),
-            self.grammar.as_deref().map(C::grammar),
-        ];
-        let mut constraints = constraints.into_iter().flatten();
-        let constraint = constraints.next();
-        if constraints.next().is_some() {
-            return Err(Error::InvalidOption("only one of jsonSchema, jsonObject and grammar may be given".into()));
-        }
-        Ok(GenerateOptions {
-            max_tokens: self.max_tokens.unwrap_or(d.max_tokens),
-            sampling: SamplingParams {
-                temperature: self.temperature.unwrap_or(s.temperature),
-                top_k: self.top_k.unwrap_or(s.top_k),
-                top_p: self.top_p.unwrap_or(s.top_p),
-                min_p: self.min_p.unwrap_or(s.min_p),
-                repetition_penalty: self.repetition_penalty.unwrap_or(s.repetition_penalty),
-                frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
-                presence_penalty: self.presence_penalty.unwrap_or(0.0),
-                logit_bias,
-                seed: self.seed.unwrap_or(random_seed),
-            },
-            stop_ids: self.stop_ids,
-            stop: match self.stop {
-                None => Vec::new(),
-                Some(crate::chat::Stop::One(s)) => vec![s],
-                Some(crate::chat::Stop::Many(v)) => v,
-            },
-            top_logits: self.top_logits.unwrap_or(0),
-            logprobs: self.logprobs,
-            constraint,
-            prefix_cache: self.prefix_cache.unwrap_or(true),
-            cpu_sampling: false,
-        })
-    }
-}
-
 fn random_seed() -> u64 {
     (js_sys::Math::random() * 9.007e15) as u64
-}
-
-fn parse<T: serde::de::DeserializeOwned + Default>(json: &str, what: &str) -> Result<T> {
-    if json.trim().is_empty() {
-        return Ok(T::default());
-    }
-    serde_json::from_str(json).map_err(|e| Error::InvalidOption(format!("{what}: {e}")))
 }
 
 struct State {
@@ -236,8 +132,7 @@ pub fn crash_for_testing(message: &str) {
 #[wasm_bindgen(js_name = loadEngine)]
 pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsValue) -> Result<WasmEngine, JsValue> {
     let src = JsSource::new(source).map_err(js_err)?;
-    let o: JsLoadOptions = parse(&options_json, "load options").map_err(js_err)?;
-    let opts = o.load_options().map_err(js_err)?;
+    let opts = LoadOptions::from_json(&options_json).map_err(js_err)?;
     if opts.quantize != Quantize::None {
         return Err(js_err(Error::InvalidOption(
             "quantize applies to Hugging Face (safetensors) model folders; GGUF files are already quantized".into(),
@@ -320,8 +215,7 @@ pub async fn load_hf_engine(
     let open_fn = open
         .dyn_into::<js_sys::Function>()
         .map_err(|_| js_err(Error::InvalidOption("open must be a function (file name) -> source".into())))?;
-    let o: JsLoadOptions = parse(&options_json, "load options").map_err(js_err)?;
-    let opts = o.load_options().map_err(js_err)?;
+    let opts = LoadOptions::from_json(&options_json).map_err(js_err)?;
     let open = |file: String| {
         let f = open_fn.clone();
         async move {
@@ -334,6 +228,28 @@ pub async fn load_hf_engine(
     let mut progress = progress_fn(on_progress);
     let engine = Engine::load_hf(&files_rs, open, name, &opts, &mut progress).await.map_err(js_err)?;
     Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
+}
+
+/// A step of the current chat completion, borrowing the engine and the run.
+type ChatStep<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, JsValue>> + 'a>>;
+
+impl WasmEngine {
+    /// Run `f` on the engine and the current chat completion (an error naming `call` before
+    /// `chatStart`).
+    fn with_chat(
+        &self,
+        call: &'static str,
+        f: impl for<'a> FnOnce(&'a mut Engine, &'a mut crate::chat::ChatRun) -> ChatStep<'a> + 'static,
+    ) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
+            let State { engine, chat, .. } = &mut *guard;
+            let run =
+                chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption(format!("{call}() before chatStart()"))))?;
+            f(engine, run).await
+        })
+    }
 }
 
 #[wasm_bindgen]
@@ -380,13 +296,12 @@ impl WasmEngine {
         s.engine.tokenizer().and_then(|t| t.decode(&ids)).map_err(js_err)
     }
 
-    /// Begin a generation (runs the prompt). Options JSON: maxTokens, temperature, topK, topP,
-    /// minP, repetitionPenalty, seed, stopIds, topLogits.
+    /// Begin a generation (runs the prompt). Options JSON: `GenerateOptions` in camelCase
+    /// (`GenerateOptions::from_json`; no seed: a random one).
     pub fn start(&self, prompt_ids: Vec<u32>, options_json: String) -> js_sys::Promise {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let o: JsGenerateOptions = parse(&options_json, "generate options").map_err(js_err)?;
-            let opts = o.options(random_seed()).map_err(js_err)?;
+            let opts = GenerateOptions::from_json(&options_json, random_seed).map_err(js_err)?;
             let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
             let g = s.engine.start(&prompt_ids, &opts).await.map_err(js_err)?;
             s.gen = Some(g);
@@ -440,29 +355,21 @@ impl WasmEngine {
     /// The next chunk of a streamed chat completion as JSON, or `null` at its end.
     #[wasm_bindgen(js_name = chatNext)]
     pub fn chat_next(&self) -> js_sys::Promise {
-        let inner = self.inner.clone();
-        wasm_bindgen_futures::future_to_promise(async move {
-            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
-            let State { engine, chat, .. } = &mut *guard;
-            let run =
-                chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatNext() before chatStart()".into())))?;
-            match run.next_chunk(engine).await.map_err(js_err)? {
-                Some(c) => Ok(JsValue::from_str(&c.to_string())),
-                None => Ok(JsValue::NULL),
-            }
+        self.with_chat("chatNext", |engine, run| {
+            Box::pin(async move {
+                Ok(match run.next_chunk(engine).await.map_err(js_err)? {
+                    Some(c) => JsValue::from_str(&c.to_string()),
+                    None => JsValue::NULL,
+                })
+            })
         })
     }
 
     /// One token of a (non-streamed) chat completion; resolves to false once it is done.
     #[wasm_bindgen(js_name = chatStep)]
     pub fn chat_step(&self) -> js_sys::Promise {
-        let inner = self.inner.clone();
-        wasm_bindgen_futures::future_to_promise(async move {
-            let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
-            let State { engine, chat, .. } = &mut *guard;
-            let run =
-                chat.as_mut().ok_or_else(|| js_err(Error::InvalidOption("chatStep() before chatStart()".into())))?;
-            Ok(JsValue::from_bool(run.step(engine).await.map_err(js_err)?))
+        self.with_chat("chatStep", |engine, run| {
+            Box::pin(async move { Ok(JsValue::from_bool(run.step(engine).await.map_err(js_err)?)) })
         })
     }
 

@@ -10,8 +10,6 @@
 //! - Q5_K (176 bytes): d: f16, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]
 //! - Q6_K (210 bytes): ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16
 
-use super::quant::f16_le;
-
 pub const QK_K: usize = 256;
 
 /// ggml's `get_scale_min_k4`: eight 6-bit (scale, min) pairs packed into 12 bytes. Pairs 0..3
@@ -93,6 +91,20 @@ pub(crate) fn dequantize_block_q3_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// Q4_K / Q5_K: the scale and min of sub-blocks `is` and `is + 1`, as (d1, m1, d2, m2).
+fn scales_mins(d: f32, min: f32, scales: &[u8], is: usize) -> [f32; 4] {
+    let (sc1, m1) = get_scale_min_k4(is, scales);
+    let (sc2, m2) = get_scale_min_k4(is + 1, scales);
+    [d * sc1 as f32, min * m1 as f32, d * sc2 as f32, min * m2 as f32]
+}
+
+/// Reads the little-endian f16 at `off` as f32 (exact: every f16 is an f32). Here rather than in
+/// quant.rs (which re-exports it) so that this module does not import the one that imports it.
+#[inline]
+pub(crate) fn f16_le(b: &[u8], off: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[off], b[off + 1]])).to_f32()
+}
+
 pub(crate) fn dequantize_block_q4_k(b: &[u8], y: &mut [f32]) {
     let d = f16_le(b, 0);
     let min = f16_le(b, 2);
@@ -101,12 +113,7 @@ pub(crate) fn dequantize_block_q4_k(b: &[u8], y: &mut [f32]) {
     let mut is = 0;
     let mut y = &mut y[..];
     for _ in (0..QK_K).step_by(64) {
-        let (sc, m) = get_scale_min_k4(is, scales);
-        let d1 = d * sc as f32;
-        let m1 = min * m as f32;
-        let (sc, m) = get_scale_min_k4(is + 1, scales);
-        let d2 = d * sc as f32;
-        let m2 = min * m as f32;
+        let [d1, m1, d2, m2] = scales_mins(d, min, scales, is);
         for l in 0..32 {
             y[l] = d1 * (q[l] & 0xF) as f32 - m1;
         }
@@ -129,12 +136,7 @@ pub(crate) fn dequantize_block_q5_k(b: &[u8], y: &mut [f32]) {
     let (mut u1, mut u2) = (1u8, 2u8);
     let mut y = &mut y[..];
     for _ in (0..QK_K).step_by(64) {
-        let (sc, m) = get_scale_min_k4(is, scales);
-        let d1 = d * sc as f32;
-        let m1 = min * m as f32;
-        let (sc, m) = get_scale_min_k4(is + 1, scales);
-        let d2 = d * sc as f32;
-        let m2 = min * m as f32;
+        let [d1, m1, d2, m2] = scales_mins(d, min, scales, is);
         for l in 0..32 {
             let hi = if qh[l] & u1 != 0 { 16 } else { 0 };
             y[l] = d1 * ((ql[l] & 0xF) + hi) as f32 - m1;

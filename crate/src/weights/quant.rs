@@ -258,11 +258,7 @@ pub fn i2s_code(data: &[u8], i: usize) -> i8 {
     ((byte >> (6 - 2 * (pos / 32))) & 3) as i8 - 1
 }
 
-/// Reads the little-endian f16 at `off` as f32 (exact: every f16 is an f32).
-#[inline]
-pub(crate) fn f16_le(b: &[u8], off: usize) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([b[off], b[off + 1]])).to_f32()
-}
+pub(crate) use super::kquants::f16_le;
 
 /// ggml's GGML_BF16_TO_FP32: a plain shift, so NaN payloads survive unchanged.
 #[inline]
