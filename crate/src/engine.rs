@@ -134,10 +134,11 @@ impl Engine {
         let defaults = SamplingDefaults::from_gguf(&gguf);
         let gpu = Gpu::new().await?;
         // Refuse before downloading anything if the adapter cannot hold the model's buffers.
-        weights::check_gguf_fits(&gpu, &gguf)?;
+        use crate::model::load;
+        let tensors = weights::GgufSource { gguf: &gguf, src };
+        load::check_fits(&gpu, &tensors, &cfg)?;
         let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
-        let weights =
-            weights::load_gguf(&gpu, &gguf, src, &mut cfg, &mut |done| progress("upload", done, total)).await?;
+        let weights = load::load(&gpu, &tensors, &mut cfg, &mut |done| progress("upload", done, total)).await?;
         let mut embedding = crate::embed::Pipeline::from_gguf(&gguf, &cfg)?;
         embedding.load_gguf_dense(&gguf, src, cfg.hidden).await?;
         let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
@@ -175,6 +176,7 @@ impl Engine {
     {
         use crate::model::hf::HfModel;
         use crate::model::hf_config::TokenizerConfig;
+        use crate::model::load;
         opts.validate()?;
         // Everything that can be checked without weights first: config (inside HfModel::open,
         // before any weight file is opened), tokenizer, chat template.
@@ -199,9 +201,10 @@ impl Engine {
         let embedding = crate::embed::Pipeline::from_hf(files, &model.cfg)?;
         let gpu = Gpu::new().await?;
         // Refuse before reading any weight if a tensor is missing or a buffer cannot fit.
-        let total = model.check_fits(&gpu, opts.quantize)?;
+        let (tensors, mut cfg) = (model.tensors(opts.quantize), model.cfg.clone());
+        let total = load::check_fits(&gpu, &tensors, &cfg)?;
         progress("upload", 0, total);
-        let weights = model.load(&gpu, opts.quantize, &mut |done| progress("upload", done, total)).await?;
+        let weights = load::load(&gpu, &tensors, &mut cfg, &mut |done| progress("upload", done, total)).await?;
         let mut eos_ids = model.eos_ids();
         if let Some(t) = &tokenizer {
             for id in t.eos_ids() {
@@ -210,7 +213,7 @@ impl Engine {
                 }
             }
         }
-        let rt = Runtime::new(gpu, model.cfg, weights, opts, progress)?;
+        let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
         let defaults =
             files.generation_config.as_deref().map(SamplingDefaults::from_generation_config).unwrap_or_default();
         Ok(Engine::assemble(rt, tokenizer, template, eos_ids, source_name, defaults, embedding))

@@ -7,13 +7,12 @@
 use super::config::ModelConfig;
 use super::family::tensor;
 use super::hf_config::{GenerationConfig, HfConfig, TokenizerConfig};
-use super::streamed::StreamedMatrix;
-use super::weights::{LayerSpec, LayerWeights, ModelWeights, Names, Shape};
+use super::load::{MatrixInfo, Rows, TensorSource};
+use super::weights::{Names, Shape};
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
 use crate::weights::pack::{self, Layout, Packed};
 use crate::weights::quant::{self, GgmlType};
-use crate::weights::safetensors::{SafetensorsModel, StDtype, READ_CHUNK};
+use crate::weights::safetensors::{SafetensorsModel, StDtype};
 use crate::weights::AsyncSource;
 
 /// How to store F32/F16/BF16 weights on the GPU: as they are, or quantized at load.
@@ -80,24 +79,12 @@ pub struct HfModel<S> {
     norms_plus_one: bool,
 }
 
-/// (tensor name, rows) of each part of one GPU matrix buffer, and the shared column count.
-type MatrixSpec = (String, Vec<(String, usize)>, usize);
-
 fn shape_dims(s: Shape) -> Vec<usize> {
     match s {
         Shape::Matrix(r, c) => vec![r, c],
         Shape::Vector(n) => vec![n],
         Shape::Conv(c, k) => vec![c, 1, k],
     }
-}
-
-/// What the loader visits, in the order the weights lie in the files.
-#[derive(Clone, Copy)]
-enum Item {
-    Embed,
-    Layer(usize),
-    Norm,
-    Head,
 }
 
 /// The element type a matrix is packed as: its own, or the quantization asked for (when the rows
@@ -235,67 +222,8 @@ impl<S: AsyncSource> HfModel<S> {
         self.st.get(name).is_some()
     }
 
-    fn layer_spec(&self, i: usize) -> LayerSpec {
-        // Shapes in the file: the intermediate size before padding (see `layer`).
-        LayerSpec::new(&self.cfg, i, self.hf.intermediate_size, Names::Hf(self.prefix), &|n| self.has(n))
-    }
-
-    fn embed_name(&self) -> String {
-        Names::Hf(self.prefix).global(tensor::EMBED)
-    }
-
     fn norm_name(&self) -> String {
         Names::Hf(self.prefix).global(tensor::OUT_NORM)
-    }
-
-    /// Every matrix as (GPU buffer name, parts as (tensor, rows), columns); parts of one buffer
-    /// are fused into it.
-    fn matrices(&self) -> Vec<MatrixSpec> {
-        let c = &self.cfg;
-        let mut out = vec![("embed".to_string(), vec![(self.embed_name(), c.vocab)], c.hidden)];
-        for i in 0..c.n_layers {
-            let l = self.layer_spec(i);
-            out.push((format!("layer {i} qkv"), l.qkv, c.hidden));
-            out.push((format!("layer {i} o"), vec![(l.o, c.hidden)], l.o_cols));
-            out.push((format!("layer {i} gate_up"), l.gate_up, c.hidden));
-            out.push((format!("layer {i} down"), vec![(l.down, c.hidden)], self.hf.intermediate_size));
-        }
-        if let Some(head) = self.head {
-            out.push(("lm_head".to_string(), vec![(head.to_string(), c.vocab)], c.hidden));
-        }
-        out
-    }
-
-    /// Every vector (and convolution weight) as (tensor, shape).
-    fn vectors(&self) -> Vec<(String, Vec<usize>)> {
-        let c = &self.cfg;
-        let mut out = vec![(self.norm_name(), vec![c.hidden])];
-        for i in 0..c.n_layers {
-            let l = self.layer_spec(i);
-            let mut one = |n: String, len: usize| out.push((n, vec![len]));
-            for (n, len) in l.qkv_bias.iter().cloned() {
-                one(n, len);
-            }
-            for n in l.o_bias.iter().chain(&l.down_bias) {
-                one(n.clone(), c.hidden);
-            }
-            for n in &l.gate_up_bias {
-                one(n.clone(), self.hf.intermediate_size);
-            }
-            for n in [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()] {
-                n.into_iter().for_each(|n| one(n.clone(), c.hidden));
-            }
-            for n in [l.q_norm.as_ref(), l.k_norm.as_ref()] {
-                n.into_iter().for_each(|n| one(n.clone(), c.head_dim));
-            }
-            for (n, shape) in l.linear_shapes(c) {
-                out.push((n, shape_dims(shape)));
-            }
-            for (n, len) in l.sub_norms.iter().flat_map(|[a, f]| [(a, c.q_dim()), (f, self.hf.intermediate_size)]) {
-                out.push((n.clone(), vec![len]));
-            }
-        }
-        out
     }
 
     /// How matrix `name` ([rows, cols] as a float matrix) is stored, checked against the
@@ -387,54 +315,6 @@ impl<S: AsyncSource> HfModel<S> {
         Ok(t)
     }
 
-    /// Before any weight is read: every tensor the model needs is there with the shape the config
-    /// implies and a dtype we can use, and every GPU buffer (fused [q; k; v] and [gate; up]
-    /// included, as packed after `q`) fits the adapter's binding and buffer limits. Returns the
-    /// bytes the loader will read.
-    pub fn check_fits(&self, gpu: &Gpu, q: Quantize) -> Result<u64> {
-        let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
-        let mut read = 0u64;
-        for (buffer, parts, cols) in self.matrices() {
-            let mut layout = None;
-            let mut rows = 0;
-            for (name, r) in &parts {
-                let l = self.stored(name, (*r, cols), q)?.layout();
-                layout = Some(layout.map_or(l, |a| crate::weights::reshape::common_layout(a, l)));
-                rows += r;
-                read += self.stored_bytes(name);
-            }
-            let bytes = layout.map_or(0, |l| l.words_for(rows * cols) as u64 * 4);
-            if let Some(l) = layout.filter(|_| buffer == "embed" || buffer == "lm_head") {
-                // Kept in row ranges of one binding each (model/streamed.rs).
-                StreamedMatrix::rows_per_range(gpu, &buffer, l, (rows, cols))?;
-            } else if bytes > limit {
-                return Err(Error::Limits(format!(
-                    "{buffer} ({}) needs {} in one GPU buffer binding; the adapter allows {} \
-                     (maxStorageBufferBindingSize){}",
-                    parts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" + "),
-                    size_text(bytes),
-                    size_text(limit),
-                    if q == Quantize::None { "; quantize: 'q8_0' or 'q4_0' makes it smaller" } else { "" }
-                )));
-            }
-        }
-        for (name, shape) in self.vectors() {
-            let t = self.tensor(&name, &shape)?;
-            if matches!(t.dtype, StDtype::Other { .. }) {
-                return Err(Error::Unsupported(format!(
-                    "tensor {name} has dtype {} (F32, F16 and BF16 are supported)",
-                    t.dtype.name()
-                )));
-            }
-            read += t.n_bytes;
-        }
-        Ok(read)
-    }
-
-    async fn vector(&self, name: &str, n: usize, on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
-        self.shaped(name, &[n], on_read).await
-    }
-
     /// A small tensor of `shape` as f32 values, row-major.
     async fn shaped(&self, name: &str, shape: &[usize], on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
         self.tensor(name, shape)?;
@@ -495,19 +375,6 @@ impl<S: AsyncSource> HfModel<S> {
         }
     }
 
-    /// A matrix of `rows` x `cols` ([out, in] in the file), packed as stored or quantized.
-    async fn matrix(
-        &self,
-        name: &str,
-        rows: usize,
-        cols: usize,
-        q: Quantize,
-        on_read: &mut dyn FnMut(u64),
-    ) -> Result<Packed> {
-        let how = self.stored(name, (rows, cols), q)?;
-        self.rows(name, (0, rows, cols), how, on_read).await
-    }
-
     /// Rows `r0..r0 + n` of `name` (`cols` wide in the file), each row zero-padded to `pcols`
     /// and zero rows appended up to `prows`, packed as stored or quantized.
     async fn padded(
@@ -539,160 +406,97 @@ impl<S: AsyncSource> HfModel<S> {
         }
     }
 
-    /// A large matrix (embedding, LM head) streamed to the GPU in row chunks of at most 16 MiB
-    /// of file bytes, never whole in memory.
-    async fn streamed(
-        &self,
-        gpu: &Gpu,
-        label: &str,
-        name: &str,
-        (rows, cols): (usize, usize),
-        q: Quantize,
-        on_read: &mut dyn FnMut(u64),
-    ) -> Result<StreamedMatrix> {
-        let how = self.stored(name, (rows, cols), q)?;
-        let t = self
-            .st
-            .get(name)
-            .map(|(_, _, t)| t.clone())
-            .ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
+    /// The tensors as the loader reads them (`load::TensorSource`), matrices packed as `q` asks.
+    pub fn tensors(&self, q: Quantize) -> HfSource<'_, S> {
+        HfSource { model: self, q }
+    }
+}
+
+/// A folder's tensors (transformers' names; MLC's renamed) for the loader, with the
+/// quantization asked for at load.
+pub struct HfSource<'a, S> {
+    model: &'a HfModel<S>,
+    q: Quantize,
+}
+
+impl<S: AsyncSource> TensorSource for HfSource<'_, S> {
+    fn names(&self) -> Names {
+        Names::Hf(self.model.prefix)
+    }
+
+    fn positions(&self) -> Vec<(&str, (usize, u64))> {
+        let shards = self.model.st.shards.iter().enumerate();
+        shards.flat_map(|(s, (_, _, f))| f.tensors.iter().map(move |t| (t.name.as_str(), (s, t.offset)))).collect()
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.model.has(name)
+    }
+
+    /// The intermediate size before padding (see `load::layer`).
+    fn file_ffn(&self, _cfg: &ModelConfig) -> usize {
+        self.model.hf.intermediate_size
+    }
+
+    fn head(&self, _cfg: &ModelConfig) -> Option<String> {
+        self.model.head.map(str::to_string)
+    }
+
+    fn matrix(&self, name: &str, (rows, cols): (usize, usize), _streamed: bool) -> Result<MatrixInfo> {
+        let m = self.model;
+        let how = m.stored(name, (rows, cols), self.q)?;
+        let stem = name.strip_suffix(".weight").unwrap_or(name);
+        let f16 = |t: String| m.st.get(&t).is_some_and(|s| s.2.dtype == StDtype::F16);
         // Quantizing at load gives Q8_0 / Q4_0, whose f16 block scales make f16 metadata exact;
         // so do MLX's 4-bit f16 scales and biases (8-bit offsets move by 128 scales: kept f32).
         // MLC's f16 scales keep f16 metadata too (`pack_mlc`).
-        let f16_meta = match how {
+        let meta16 = match how {
             Stored::Plain(_) => true,
-            Stored::Mlc => {
-                let stem = name.strip_suffix(".weight").unwrap_or(name);
-                self.st.get(&format!("{stem}.q_scale")).is_some_and(|s| s.2.dtype == StDtype::F16)
-            }
-            Stored::Mlx { bits, .. } => {
-                let stem = name.strip_suffix(".weight").unwrap_or(name);
-                bits == 4 && self.st.get(&format!("{stem}.scales")).is_some_and(|s| s.2.dtype == StDtype::F16)
-            }
+            Stored::Mlc => f16(format!("{stem}.q_scale")),
+            Stored::Mlx { bits, .. } => bits == 4 && f16(format!("{stem}.scales")),
         };
-        let m = StreamedMatrix::alloc(gpu, label, how.layout(), f16_meta, (rows, cols))?;
-        for c in m.chunks(t.n_bytes / rows.max(1) as u64, READ_CHUNK) {
-            m.parts[c.part].write_rows(
-                gpu,
-                name,
-                c.local,
-                &self.rows(name, (c.first, c.n, cols), how, on_read).await?,
-            )?;
-        }
-        Ok(m)
+        let n_bytes = m.st.get(name).map_or(0, |t| t.2.n_bytes);
+        Ok(MatrixInfo {
+            layout: how.layout(),
+            meta16,
+            row_bytes: n_bytes / rows.max(1) as u64,
+            bytes: m.stored_bytes(name),
+        })
     }
 
-    /// Where an item's first tensor lies: (shard, byte offset).
-    fn position(&self, item: Item) -> (usize, u64) {
-        let names: Vec<String> = match item {
-            Item::Embed => vec![self.embed_name()],
-            Item::Norm => vec![self.norm_name()],
-            Item::Head => self.head.iter().map(|h| h.to_string()).collect(),
-            Item::Layer(i) => {
-                let prefix = Names::Hf(self.prefix).layer_prefix(i);
-                return self
-                    .st
-                    .shards
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(s, (_, _, f))| {
-                        f.tensors.iter().filter(|t| t.name.starts_with(&prefix)).map(move |t| (s, t.offset))
-                    })
-                    .min()
-                    .unwrap_or((usize::MAX, u64::MAX));
-            }
-        };
-        names
-            .iter()
-            .filter_map(|n| Some((self.st.shard_of(n)?, self.st.get(n)?.2.offset)))
-            .min()
-            .unwrap_or((usize::MAX, u64::MAX))
+    fn vector(&self, name: &str, shape: Shape) -> Result<u64> {
+        let t = self.model.tensor(name, &shape_dims(shape))?;
+        if matches!(t.dtype, StDtype::Other { .. }) {
+            return Err(Error::Unsupported(format!(
+                "tensor {name} has dtype {} (F32, F16 and BF16 are supported)",
+                t.dtype.name()
+            )));
+        }
+        Ok(t.n_bytes)
     }
 
-    /// One layer: its tensors read in file order (so a download moves forward and no chunk is
-    /// needed twice), then fused and uploaded.
-    async fn layer(&self, gpu: &Gpu, i: usize, q: Quantize, on_read: &mut dyn FnMut(u64)) -> Result<LayerWeights> {
-        let c = &self.cfg;
-        // The kernels step through rows 8 values at a time: an intermediate size that is not a
-        // multiple of 8 is padded with zero gate/up rows (after each of gate and up) and zero
-        // down columns. Exact: the padded units compute act(0 + 0) * 0 = 0.
-        let (fh, f) = (self.hf.intermediate_size, c.ffn);
-        let l = self.layer_spec(i);
-        let mut jobs = l.jobs(c);
-        jobs.sort_by_key(|(n, _)| (self.st.shard_of(n), self.st.get(n).map(|t| t.2.offset)));
-        let mut mats = std::collections::HashMap::new();
-        let mut vecs = std::collections::HashMap::new();
-        for (name, shape) in jobs {
-            let name = name.as_str();
-            match shape {
-                Shape::Matrix(rows, cols) if fh != f && l.gate_up.iter().any(|(g, _)| g == name) => {
-                    // gate and up (or both halves of a fused gate_up_proj), each padded to f rows.
-                    self.tensor(name, &[rows, cols])?;
-                    let mut parts = Vec::new();
-                    for r0 in (0..rows).step_by(fh) {
-                        parts.push(self.padded(name, (r0, fh, cols), (f, cols), q, on_read).await?);
-                    }
-                    mats.insert(name.to_string(), parts);
-                }
-                Shape::Matrix(rows, cols) if fh != f && name == l.down => {
-                    self.tensor(name, &[rows, cols])?;
-                    mats.insert(
-                        name.to_string(),
-                        vec![self.padded(name, (0, rows, cols), (rows, f), q, on_read).await?],
-                    );
-                }
-                Shape::Matrix(rows, cols) => {
-                    mats.insert(name.to_string(), vec![self.matrix(name, rows, cols, q, on_read).await?]);
-                }
-                Shape::Vector(_) | Shape::Conv(..) => {
-                    vecs.insert(name.to_string(), self.shaped(name, &shape_dims(shape), on_read).await?);
-                }
-            }
-        }
-        let parts = l.assemble(mats, vecs, f);
-        parts.upload(gpu, c, &format!("layer {i}"))
+    fn too_big(&self, buffer: &str, parts: &[(String, usize)], bytes: u64, limit: u64) -> Error {
+        Error::Limits(format!(
+            "{buffer} ({}) needs {} in one GPU buffer binding; the adapter allows {} \
+             (maxStorageBufferBindingSize){}",
+            parts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" + "),
+            size_text(bytes),
+            size_text(limit),
+            if self.q == Quantize::None { "; quantize: 'q8_0' or 'q4_0' makes it smaller" } else { "" }
+        ))
     }
 
-    /// Upload every weight (HF tensor names), quantizing matrices when asked. The embedding, the
-    /// layers and the final norm/LM head are visited in the order they lie in the files, so a
-    /// download serving the reads moves forward. `on_progress(bytes read so far)`.
-    pub async fn load(&self, gpu: &Gpu, q: Quantize, on_progress: &mut dyn FnMut(u64)) -> Result<ModelWeights> {
-        let c = &self.cfg;
-        let h = c.hidden;
-        let mut done = 0u64;
-        let mut on_read = |n: u64| {
-            done += n;
-            on_progress(done);
-        };
-        let mut items: Vec<Item> = vec![Item::Embed, Item::Norm, Item::Head];
-        items.extend((0..c.n_layers).map(Item::Layer));
-        items.sort_by_key(|&it| self.position(it));
-        let mut embed = None;
-        let mut out_norm = None;
-        let mut lm_head = None;
-        let mut layers: Vec<Option<LayerWeights>> = (0..c.n_layers).map(|_| None).collect();
-        for item in items {
-            match item {
-                Item::Embed => {
-                    let name = self.embed_name();
-                    embed = Some(self.streamed(gpu, "embed", &name, (c.vocab, h), q, &mut on_read).await?)
-                }
-                Item::Norm => out_norm = Some(self.vector(&self.norm_name(), h, &mut on_read).await?),
-                Item::Head => {
-                    if let Some(head) = self.head {
-                        lm_head = Some(self.streamed(gpu, "lm_head", head, (c.vocab, h), q, &mut on_read).await?);
-                    }
-                }
-                Item::Layer(i) => {
-                    layers[i] = Some(self.layer(gpu, i, q, &mut on_read).await?);
-                    gpu.check()?;
-                }
-            }
+    async fn rows(&self, r: Rows<'_>, on_read: &mut dyn FnMut(u64)) -> Result<Packed> {
+        let (m, cols) = (self.model, r.shape.1);
+        if r.padded() {
+            m.padded(r.name, (r.first, r.n, cols), r.pad, self.q, on_read).await
+        } else {
+            m.rows(r.name, (r.first, r.n, cols), m.stored(r.name, r.shape, self.q)?, on_read).await
         }
-        let embed = embed.expect("visited");
-        let out_norm = out_norm.expect("visited");
-        let layers: Vec<LayerWeights> = layers.into_iter().flatten().collect();
-        ModelWeights::new(gpu, c, embed, layers, &out_norm, lm_head)
+    }
+
+    async fn values(&self, name: &str, shape: Shape, on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
+        self.model.shaped(name, &shape_dims(shape), on_read).await
     }
 }
 

@@ -6,6 +6,7 @@ pub mod family;
 pub mod forward;
 pub mod hf;
 pub mod hf_config;
+pub mod load;
 pub mod mlc;
 pub mod streamed;
 pub mod weights;

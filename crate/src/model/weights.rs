@@ -1,11 +1,12 @@
-//! Moving a model's tensors from a byte source onto the GPU, repacked into the layouts the
-//! kernels read. Big matrices (embedding, LM head) stream in row chunks; per-layer matrices
-//! are fused as the kernels want them ([q; k; v] and [gate; up]) with NeoX rotary halves
-//! reordered into pairs. Small vectors (norms, biases) of a layer share one `vecs` buffer.
+//! A model's weights on the GPU, in the layouts the kernels read, and what a layer is made of
+//! (`LayerSpec`); GGUF files as a `load::TensorSource` (`GgufSource`). Per-layer matrices are
+//! fused as the kernels want them ([q; k; v] and [gate; up]) with NeoX rotary halves reordered
+//! into pairs. Small vectors (norms, biases) of a layer share one `vecs` buffer.
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::family::{tensor, Tensor};
+use crate::model::load::{MatrixInfo, Rows, TensorSource};
 use crate::model::streamed::StreamedMatrix;
 use crate::model::ModelConfig;
 use crate::weights::gguf::{GgufFile, TensorInfo};
@@ -239,11 +240,23 @@ impl Names {
         }
     }
 
-    /// Every tensor of layer `i` starts with this.
-    pub(crate) fn layer_prefix(self, i: usize) -> String {
+    /// A layer in GPU labels and errors.
+    pub(crate) fn layer_label(self, i: usize) -> String {
         match self {
-            Names::Gguf => format!("blk.{i}."),
-            Names::Hf(prefix) => format!("{prefix}layers.{i}."),
+            Names::Gguf => format!("blk.{i}"),
+            Names::Hf(_) => format!("layer {i}"),
+        }
+    }
+
+    /// A GPU matrix buffer in errors and labels (`what`: embed, lm_head, qkv, o, gate_up, down;
+    /// `first`: its first tensor): GGUF names a fused buffer `blk.{i}.qkv` / `blk.{i}.gate_up`
+    /// and any other by its tensor; HF `layer {i} qkv`, `embed`, ...
+    pub(crate) fn buffer(self, layer: Option<usize>, what: &str, first: &str) -> String {
+        match (self, layer) {
+            (Names::Gguf, Some(i)) if matches!(what, "qkv" | "gate_up") => format!("blk.{i}.{what}"),
+            (Names::Gguf, _) => first.to_string(),
+            (Names::Hf(_), Some(i)) => format!("layer {i} {what}"),
+            (Names::Hf(_), None) => what.to_string(),
         }
     }
 
@@ -585,35 +598,27 @@ impl ModelWeights {
     }
 }
 
-/// Loads named GGUF tensors, checking shapes and types against the config.
-struct GgufLoader<'a> {
-    gguf: &'a GgufFile,
-    src: &'a dyn AsyncSource,
-    gpu: &'a Gpu,
-    bytes: u64,
-    on_progress: &'a mut dyn FnMut(u64),
-    /// The current layer's tensors, read in file order (`stage_layer`).
-    staged: HashMap<String, Vec<u8>>,
+/// A GGUF file's tensors (llama.cpp names), read through its byte source.
+pub struct GgufSource<'a> {
+    pub gguf: &'a GgufFile,
+    pub src: &'a dyn AsyncSource,
 }
 
-impl GgufLoader<'_> {
-    fn info(&self, name: &str, want: &[usize]) -> Result<TensorInfo> {
-        let t = self
-            .gguf
-            .tensor(name)
-            .cloned()
-            .ok_or_else(|| Error::Model(format!("{}: missing tensor {name}", self.gguf.name)))?;
+impl GgufSource<'_> {
+    fn info(&self, name: &str, want: &[usize]) -> Result<&TensorInfo> {
+        let t =
+            self.gguf.tensor(name).ok_or_else(|| Error::Model(format!("{}: missing tensor {name}", self.gguf.name)))?;
         let got: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
         if got != want {
             return Err(Error::Model(format!("tensor {name} has shape {got:?}, expected {want:?}")));
         }
         if !t.ty.is_supported() {
-            return Err(unsupported_type(&t));
+            return Err(unsupported_type(t));
         }
         Ok(t)
     }
 
-    async fn read(&mut self, offset: u64, len: u64) -> Result<Vec<u8>> {
+    async fn read(&self, offset: u64, len: u64, on_read: &mut dyn FnMut(u64)) -> Result<Vec<u8>> {
         let data = self.src.read(offset, len as usize).await?;
         if data.len() as u64 != len {
             return Err(Error::Model(format!(
@@ -622,75 +627,118 @@ impl GgufLoader<'_> {
                 data.len()
             )));
         }
-        self.bytes += len;
-        (self.on_progress)(self.bytes);
+        on_read(len);
         Ok(data)
     }
 
-    /// Read every tensor of layer `i` in the order they lie in the file, before the layer is
-    /// assembled in the order the kernels want: a source that fetches over the network then moves
-    /// forward through the file instead of jumping back into chunks it already let go (a load
-    /// without a cache fetched the file 2-2.6 times that way).
-    async fn stage_layer(&mut self, i: usize) -> Result<()> {
-        let prefix = format!("blk.{i}.");
-        let mut ts: Vec<TensorInfo> =
-            self.gguf.tensors.iter().filter(|t| t.name.starts_with(&prefix)).cloned().collect();
-        ts.sort_by_key(|t| t.offset);
-        self.staged.clear();
-        for t in ts {
-            let raw = self.read(t.offset, t.n_bytes).await?;
-            self.staged.insert(t.name, raw);
-        }
-        Ok(())
-    }
-
-    /// A tensor's bytes: staged, or read now.
-    async fn bytes_of(&mut self, t: &TensorInfo) -> Result<Vec<u8>> {
-        match self.staged.remove(&t.name) {
-            Some(raw) => Ok(raw),
-            None => self.read(t.offset, t.n_bytes).await,
+    /// GGUF dims (innermost first) of a tensor of `shape`.
+    fn dims(shape: Shape) -> Vec<usize> {
+        match shape {
+            Shape::Matrix(rows, cols) => vec![cols, rows],
+            Shape::Vector(n) => vec![n],
+            // ggml order: [taps, channels].
+            Shape::Conv(channels, taps) => vec![taps, channels],
         }
     }
 
-    /// A matrix of `rows` x `cols` (GGUF dims [cols, rows]), packed whole on the CPU.
-    async fn packed(&mut self, name: &str, rows: usize, cols: usize) -> Result<Packed> {
-        let t = self.info(name, &[cols, rows])?;
-        let raw = self.bytes_of(&t).await?;
-        pack::pack(t.ty, rows, cols, &raw)
+    async fn vector_f32(&self, name: &str, n: usize, on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
+        self.values(name, Shape::Vector(n), on_read).await
+    }
+}
+
+impl TensorSource for GgufSource<'_> {
+    fn names(&self) -> Names {
+        Names::Gguf
     }
 
-    /// A large matrix streamed to the GPU in row chunks (never whole in memory).
-    async fn streamed(&mut self, name: &str, rows: usize, cols: usize) -> Result<StreamedMatrix> {
+    fn positions(&self) -> Vec<(&str, (usize, u64))> {
+        self.gguf.tensors.iter().map(|t| (t.name.as_str(), (0, t.offset))).collect()
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.gguf.tensor(name).is_some()
+    }
+
+    fn file_ffn(&self, cfg: &ModelConfig) -> usize {
+        cfg.ffn
+    }
+
+    fn head(&self, cfg: &ModelConfig) -> Option<String> {
+        (!cfg.tied_embeddings).then(|| tensor::HEAD.gguf.to_string())
+    }
+
+    fn matrix(&self, name: &str, (rows, cols): (usize, usize), streamed: bool) -> Result<MatrixInfo> {
         let t = self.info(name, &[cols, rows])?;
-        if t.ty == GgmlType::I2_S {
+        if streamed && t.ty == GgmlType::I2_S {
             // Its one scale sits after all rows: read in row chunks, a chunk would lack it.
             return Err(Error::Unsupported(format!("tensor {name} in I2_S (BitNet's ternary type is run for layer matrices; embeddings and LM heads come as F16 or Q8_0 in its files)")));
         }
         let layout =
             Layout::for_type(t.ty).ok_or_else(|| Error::Unsupported(format!("tensor {name}: type {}", t.ty.name())))?;
-        let m = StreamedMatrix::alloc(self.gpu, name, layout, t.ty.f16_scales(), (rows, cols))?;
-        let row_bytes = t.n_bytes / rows as u64;
-        for c in m.chunks(row_bytes, crate::weights::safetensors::READ_CHUNK) {
-            let raw = self.read(t.offset + c.first as u64 * row_bytes, c.n as u64 * row_bytes).await?;
-            m.parts[c.part].write_rows(self.gpu, name, c.local, &pack::pack(t.ty, c.n, cols, &raw)?)?;
+        let row_bytes = t.n_bytes / rows.max(1) as u64;
+        Ok(MatrixInfo { layout, meta16: t.ty.f16_scales(), row_bytes, bytes: t.n_bytes })
+    }
+
+    fn vector(&self, name: &str, shape: Shape) -> Result<u64> {
+        Ok(self.info(name, &Self::dims(shape))?.n_bytes)
+    }
+
+    fn too_big(&self, buffer: &str, _parts: &[(String, usize)], bytes: u64, limit: u64) -> Error {
+        Error::Limits(format!(
+            "{buffer} needs {} MiB in one GPU buffer binding; the adapter allows {} MiB (maxStorageBufferBindingSize)",
+            bytes >> 20,
+            limit >> 20
+        ))
+    }
+
+    /// Rotary frequency factors (`rope_freqs`), and Phi-3 longrope's short and long ones: short
+    /// by default; as in transformers, a generation whose prompt is longer than the original
+    /// context (`rope.scaling.original_context_length`, else the training context) uses the long
+    /// ones (see ModelConfig::rope_table_key).
+    async fn prepare(&self, cfg: &mut ModelConfig, on_read: &mut dyn FnMut(u64)) -> Result<()> {
+        let gguf = self.gguf;
+        if gguf.tensor("rope_freqs.weight").is_some() {
+            cfg.rope_freq_factors = Some(self.vector_f32("rope_freqs.weight", cfg.rope_dim / 2, on_read).await?);
         }
-        Ok(m)
+        if gguf.tensor("rope_factors_short.weight").is_some() {
+            cfg.rope_freq_factors =
+                Some(self.vector_f32("rope_factors_short.weight", cfg.rope_dim / 2, on_read).await?);
+            if gguf.tensor("rope_factors_long.weight").is_some() {
+                let mut long = cfg.clone();
+                long.rope_freq_factors =
+                    Some(self.vector_f32("rope_factors_long.weight", cfg.rope_dim / 2, on_read).await?);
+                let key = format!("{}.rope.scaling.original_context_length", cfg.arch);
+                let original = gguf.get_u64(&key)?.map_or(cfg.context_train, |v| v as usize);
+                let long = long.rope_inv_freq();
+                // Phi3ForCausalLM recomputes the cache when a generation crosses the original context.
+                let recompute = crate::model::family::of(&cfg.arch).is_some_and(|f| f.longrope_recompute);
+                cfg.rope_dynamic = Some(crate::model::config::RopeDynamic::LongRope { original, long, recompute });
+            }
+        }
+        Ok(())
     }
 
-    /// A small tensor of GGUF dims `dims` as f32 values (row-major in HF order).
-    async fn tensor_f32(&mut self, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
-        let t = self.info(name, dims)?;
-        let raw = self.bytes_of(&t).await?;
+    async fn rows(&self, r: Rows<'_>, on_read: &mut dyn FnMut(u64)) -> Result<Packed> {
+        let ((rows, cols), name) = (r.shape, r.name);
+        if r.padded() {
+            return Err(Error::Unsupported(format!("tensor {name}: padding (GGUF intermediate sizes are not padded)")));
+        }
+        let t = self.info(name, &[cols, rows])?;
+        // A whole matrix is read as it lies (I2_S keeps its scale after the rows).
+        let raw = if (r.first, r.n) == (0, rows) {
+            self.read(t.offset, t.n_bytes, on_read).await?
+        } else {
+            let row_bytes = t.n_bytes / rows as u64;
+            self.read(t.offset + r.first as u64 * row_bytes, r.n as u64 * row_bytes, on_read).await?
+        };
+        pack::pack(t.ty, r.n, cols, &raw)
+    }
+
+    async fn values(&self, name: &str, shape: Shape, on_read: &mut dyn FnMut(u64)) -> Result<Vec<f32>> {
+        let dims = Self::dims(shape);
+        let t = self.info(name, &dims)?;
+        let raw = self.read(t.offset, t.n_bytes, on_read).await?;
         let mut out = vec![0f32; dims.iter().product()];
-        quant::dequantize(t.ty, &raw, &mut out)?;
-        Ok(out)
-    }
-
-    /// A vector of `n` values as f32 (norm weights and biases are small).
-    async fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>> {
-        let t = self.info(name, &[n])?;
-        let raw = self.bytes_of(&t).await?;
-        let mut out = vec![0f32; n];
         quant::dequantize(t.ty, &raw, &mut out)?;
         Ok(out)
     }
@@ -707,129 +755,6 @@ fn unsupported_type(t: &TensorInfo) -> Error {
         t.ty.name(),
         t.ty.unsupported_hint()
     ))
-}
-
-/// The GGUF matrices loaded as `StreamedMatrix` (row ranges, see model/streamed.rs).
-const STREAMED: [&str; 2] = [tensor::EMBED.gguf, tensor::HEAD.gguf];
-
-/// Before any weight is read: every tensor has a type we can run, and every GPU buffer the
-/// model needs (the fused [q; k; v] and [gate; up] matrices included) fits the adapter's
-/// binding and buffer limits. Returns the bytes the packed weights will take on the GPU.
-pub fn check_gguf_fits(gpu: &Gpu, gguf: &GgufFile) -> Result<u64> {
-    let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
-    let mut total = 0u64;
-    // Buffer name -> (layouts of its parts, elements).
-    let mut buffers: HashMap<String, (Vec<Layout>, u64)> = HashMap::new();
-    for t in &gguf.tensors {
-        let layout = Layout::for_type(t.ty).filter(|_| t.ty.is_supported()).ok_or_else(|| unsupported_type(t))?;
-        total += layout.words_for(t.n_elements as usize) as u64 * 4
-            + if layout.block() > 1 { 8 * t.n_elements / layout.block() as u64 } else { 0 };
-        let part = |names: &[Tensor]| names.iter().any(|p| t.name.contains(p.gguf));
-        let group = if part(&tensor::QKV_PARTS) {
-            Some("qkv")
-        } else if part(&tensor::GATE_UP_PARTS) {
-            Some("gate_up")
-        } else {
-            None
-        };
-        let key = match (group, t.name.split('.').nth(1)) {
-            (Some(g), Some(layer)) => format!("blk.{layer}.{g}"),
-            _ => t.name.clone(),
-        };
-        let e = buffers.entry(key).or_default();
-        e.0.push(layout);
-        e.1 += t.n_elements;
-    }
-    for (name, (layouts, n)) in &buffers {
-        // The layout the loader fuses the parts into (see weights::reshape::common_layout).
-        let fused = layouts.iter().skip(1).fold(layouts[0], |a, &b| crate::weights::reshape::common_layout(a, b));
-        let bytes = fused.words_for(*n as usize) as u64 * 4;
-        if let Some(t) = gguf.tensor(name).filter(|_| STREAMED.contains(&name.as_str())) {
-            // Kept in row ranges of one binding each: only a range of the fewest rows must fit.
-            let (cols, rows) = (t.dims[0] as usize, t.dims.get(1).copied().unwrap_or(1) as usize);
-            StreamedMatrix::rows_per_range(gpu, name, fused, (rows, cols))?;
-        } else if bytes > limit {
-            return Err(Error::Limits(format!(
-                "{name} needs {} MiB in one GPU buffer binding; the adapter allows {} MiB (maxStorageBufferBindingSize)",
-                bytes >> 20,
-                limit >> 20
-            )));
-        }
-    }
-    Ok(total)
-}
-
-/// Load all weights of a Llama-family GGUF (llama.cpp tensor names).
-pub async fn load_gguf(
-    gpu: &Gpu,
-    gguf: &GgufFile,
-    src: &dyn AsyncSource,
-    cfg: &mut ModelConfig,
-    on_progress: &mut dyn FnMut(u64),
-) -> Result<ModelWeights> {
-    let mut l = GgufLoader { gguf, src, gpu, bytes: 0, on_progress, staged: Default::default() };
-    let (h, f) = (cfg.hidden, cfg.ffn);
-    if gguf.tensor("rope_freqs.weight").is_some() {
-        cfg.rope_freq_factors = Some(l.vector("rope_freqs.weight", cfg.rope_dim / 2).await?);
-    }
-    // Phi-3 longrope: short factors by default; as in transformers, a generation whose prompt is
-    // longer than the original context (`rope.scaling.original_context_length`, else the training
-    // context) uses the long ones (see ModelConfig::rope_table_key).
-    if gguf.tensor("rope_factors_short.weight").is_some() {
-        cfg.rope_freq_factors = Some(l.vector("rope_factors_short.weight", cfg.rope_dim / 2).await?);
-        if gguf.tensor("rope_factors_long.weight").is_some() {
-            let mut long = cfg.clone();
-            long.rope_freq_factors = Some(l.vector("rope_factors_long.weight", cfg.rope_dim / 2).await?);
-            let key = format!("{}.rope.scaling.original_context_length", cfg.arch);
-            let original = gguf.get_u64(&key)?.map_or(cfg.context_train, |v| v as usize);
-            let long = long.rope_inv_freq();
-            // Phi3ForCausalLM recomputes the cache when a generation crosses the original context.
-            let recompute = crate::model::family::of(&cfg.arch).is_some_and(|f| f.longrope_recompute);
-            cfg.rope_dynamic = Some(crate::model::config::RopeDynamic::LongRope { original, long, recompute });
-        }
-    }
-    let embed = l.streamed(tensor::EMBED.gguf, cfg.vocab, h).await?;
-    // Visit layers in file order (llama.cpp writes blk.0, blk.1, blk.10, ...): a download that
-    // serves these reads then moves forward through the file instead of jumping back and forth.
-    let mut first = vec![u64::MAX; cfg.n_layers];
-    for t in &gguf.tensors {
-        let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse::<usize>().ok());
-        if let Some(i) = layer.filter(|&i| i < cfg.n_layers) {
-            first[i] = first[i].min(t.offset);
-        }
-    }
-    let mut order: Vec<usize> = (0..cfg.n_layers).collect();
-    order.sort_by_key(|&i| (first[i], i));
-    let mut slots: Vec<Option<LayerWeights>> = (0..cfg.n_layers).map(|_| None).collect();
-    for i in order {
-        l.stage_layer(i).await?;
-        let spec = LayerSpec::new(cfg, i, f, Names::Gguf, &|n| gguf.tensor(n).is_some());
-        let (mut mats, mut vecs) = (HashMap::new(), HashMap::new());
-        for (name, shape) in spec.jobs(cfg) {
-            match shape {
-                Shape::Matrix(rows, cols) => {
-                    let m = l.packed(&name, rows, cols).await?;
-                    mats.insert(name, vec![m]);
-                }
-                Shape::Vector(n) => {
-                    let v = l.vector(&name, n).await?;
-                    vecs.insert(name, v);
-                }
-                // ggml order: [taps, channels].
-                Shape::Conv(channels, taps) => {
-                    let v = l.tensor_f32(&name, &[taps, channels]).await?;
-                    vecs.insert(name, v);
-                }
-            }
-        }
-        let parts = spec.assemble(mats, vecs, f);
-        slots[i] = Some(parts.upload(gpu, cfg, &format!("blk.{i}"))?);
-        gpu.check()?;
-    }
-    let layers: Vec<LayerWeights> = slots.into_iter().flatten().collect();
-    let out_norm = l.vector(tensor::OUT_NORM.gguf, h).await?;
-    let lm_head = if cfg.tied_embeddings { None } else { Some(l.streamed(tensor::HEAD.gguf, cfg.vocab, h).await?) };
-    ModelWeights::new(gpu, cfg, embed, layers, &out_norm, lm_head)
 }
 
 impl ModelWeights {
