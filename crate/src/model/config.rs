@@ -479,7 +479,7 @@ impl ModelConfig {
             n_heads: h.num_attention_heads,
             n_kv_heads: h.num_key_value_heads,
             head_dim: h.head_dim,
-            // Padded to the kernels' step of 8 by the loader (see HfModel::load).
+            // Padded to the kernels' step of 8 by the loader (model/load.rs, `TensorSource::rows`).
             ffn: h.intermediate_size.next_multiple_of(8),
             vocab: h.vocab_size,
             context_train: h.max_position_embeddings as usize,

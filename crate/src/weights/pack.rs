@@ -27,7 +27,7 @@
 //! - Memory: the Q8 layouts spend 8 bits a weight plus 32 (f16 pairs) or 64 bits a block, so
 //!   the low-bit types grow on the GPU: Q5_0/Q5_1/IQ4_NL 9 bits a weight (5.5-6 in the file),
 //!   IQ4_XS and MXFP4 10 (4.25), Q3_K and Q2_K 12 (3.4 and 2.6), TQ2_0 9 (2.06). Exactness was
-//!   worth more than a kernel per type; `check_gguf_fits` counts the packed size.
+//!   worth more than a kernel per type; `model::load::check_fits` sizes each binding packed.
 //! - Exactness: every `scale * q` product is exact in f32 (an f16 significand times at most
 //!   6+5 bits of integers stays under 24 bits), so one rounding at most happens, in the add, and
 //!   fused or unfused multiply-add give the same result. Offsets of -0.0 (rather than +0.0) keep the
