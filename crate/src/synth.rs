@@ -53,6 +53,14 @@ pub struct Llama3Rope {
     pub original_max_position_embeddings: f64,
 }
 
+impl Llama3Rope {
+    /// Llama 3.1/3.2's scaling (frequencies 1 and 4 around an 8,192-token original context)
+    /// stretched by `factor`.
+    const fn llama3(factor: f64) -> Llama3Rope {
+        Llama3Rope { factor, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192.0 }
+    }
+}
+
 /// The hyper-parameters that fix every tensor shape and metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Shape {
@@ -155,12 +163,7 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         qkv_bias: false,
         fused: false,
-        llama3_rope: Some(Llama3Rope {
-            factor: 32.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 8192.0,
-        }),
+        llama3_rope: Some(Llama3Rope::llama3(32.0)),
         hybrid: None,
         sub_norms: false,
     },
@@ -220,12 +223,7 @@ pub const SHAPES: &[Shape] = &[
         tied: false,
         qkv_bias: false,
         fused: false,
-        llama3_rope: Some(Llama3Rope {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 8192.0,
-        }),
+        llama3_rope: Some(Llama3Rope::llama3(8.0)),
         hybrid: None,
         sub_norms: false,
     },
