@@ -139,6 +139,8 @@ impl Engine {
         load::check_fits(&gpu, &tensors, &cfg)?;
         let total: u64 = gguf.tensors.iter().map(|t| t.n_bytes).sum();
         let weights = load::load(&gpu, &tensors, &mut cfg, &mut |done| progress("upload", done, total)).await?;
+        // Tensors the model does not use (a multimodal file's vision tower, say) are never read.
+        progress("upload", total, total);
         let mut embedding = crate::embed::Pipeline::from_gguf(&gguf, &cfg)?;
         embedding.load_gguf_dense(&gguf, src, cfg.hidden).await?;
         let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
