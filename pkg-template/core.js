@@ -311,7 +311,8 @@ export class LocalEngine {
       modelPaths: o.modelPaths,
     };
     const what = await resolveModel(o.model, o.format ?? 'auto', srcOpts);
-    const opts = JSON.stringify({ contextLength: o.contextLength, maxBatch: o.maxBatch, quantize: o.quantize ?? undefined });
+    // null as 'not given', as generate()'s options (LoadOptions refuses a null count).
+    const opts = JSON.stringify({ contextLength: o.contextLength, maxBatch: o.maxBatch, quantize: o.quantize }, (k, v) => (v === null ? undefined : v));
     const progress = (phase, done, total) => onProgress({ phase, loaded: done, total });
     let wasm;
     let source;
@@ -529,7 +530,7 @@ export class LocalEngine {
   async benchmark(options) {
     await this.genLock.acquire();
     try {
-      const body = JSON.stringify(options ?? {});
+      const body = JSON.stringify(options ?? {}, (k, v) => (v === null ? undefined : v));
       return JSON.parse(await this.call((w) => w.benchmark(body)));
     } finally {
       this.genLock.release();
