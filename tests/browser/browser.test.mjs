@@ -795,7 +795,8 @@ test('MLC folders (WebLLM\'s format) match transformers by URL and as Files; a m
   // A directory pick of an MLC folder (mlc-chat-config.json and no config.json).
   const local = await inPage(p, async ({ files, prompt }) => {
     const list = await Promise.all(files.map(async (f) => new File([await (await fetch(`/mlc/llama-mlc/${f}`)).blob()], f)));
-    const e = await ferrolm.createEngine({ model: list, worker: false, contextLength: 64 });
+    // maxBatch: null is 'not given' (the default), as in generate()'s options.
+    const e = await ferrolm.createEngine({ model: list, worker: false, contextLength: 64, maxBatch: null });
     const toks = [];
     for await (const c of e.generate({ tokens: prompt }, { maxTokens: 2, temperature: 0, stopIds: [] })) toks.push(c.token);
     const format = e.info.load.format;
