@@ -12,7 +12,7 @@
 //! - TQ1_0 (256, 54): qs: [u8; 48], qh: [u8; 4] (five resp. four base-3 digits per byte), d: f16
 //! - TQ2_0 (256, 66): qs: [u8; 64] (four 2-bit quants per byte), d: f16
 
-use super::quant::f16_le;
+use super::kquants::f16_le;
 
 /// ggml's `kvalues_iq4nl`.
 pub const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];

@@ -4,7 +4,7 @@
 //! Only the header is read here; tensor data is read later, tensor by tensor, from the same source.
 
 use super::quant::GgmlType;
-use super::source::ByteSource;
+use super::source::{AsyncSource, ByteSource, PrefixSource};
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -620,5 +620,25 @@ impl GgufFile {
         let mut buf = vec![0u8; n];
         src.read_at(t.offset, &mut buf)?;
         Ok(buf)
+    }
+}
+
+/// Read a GGUF header through an async source, fetching a growing prefix (4 MiB, then x4) until
+/// the whole header lies inside it. A broken file is reported once the prefix covers the file or
+/// 256 MiB, so a bad header never pulls a multi-gigabyte download.
+pub async fn read_gguf_header(src: &dyn AsyncSource) -> crate::Result<GgufFile> {
+    const FIRST: u64 = 4 << 20;
+    const CAP: u64 = 256 << 20;
+    let total = src.total_len();
+    let mut n = total.min(FIRST);
+    loop {
+        let data = src.read(0, n as usize).await?;
+        let prefix = PrefixSource { data, total, name: src.source_name() };
+        let done = n == total || n >= CAP;
+        match GgufFile::read(&prefix) {
+            Ok(g) if g.data_offset <= n || done => return Ok(g),
+            Err(e) if done => return Err(e.into()),
+            _ => n = total.min(n * 4),
+        }
     }
 }

@@ -11,4 +11,5 @@ pub mod reshape;
 pub mod safetensors;
 pub mod source;
 
-pub use source::{read_gguf_header, AsyncSource, ByteSource, FileSource, MemSource};
+pub use gguf::read_gguf_header;
+pub use source::{AsyncSource, ByteSource, FileSource, MemSource};
