@@ -169,9 +169,12 @@ impl Program {
         self.live(t as u32, pos as u32, pick).count()
     }
 
-    /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos`.
+    /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos` (every
+    /// decode step: nothing allocated here).
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, pick: Pick) {
-        self.record_with(pass, n_tokens, pos, pick, None);
+        for op in self.live(n_tokens, pos, pick) {
+            op.dispatch(pass, n_tokens, pos);
+        }
     }
 
     /// Record with a timestamp before the first dispatch and after each one (profiling);
@@ -184,32 +187,23 @@ impl Program {
         pick: Pick,
         qs: &wgpu::QuerySet,
     ) -> Vec<&'static str> {
-        self.record_with(pass, n_tokens, pos, pick, Some(qs))
+        pass.write_timestamp(qs, 0);
+        let ops = self.live(n_tokens, pos, pick).enumerate();
+        ops.map(|(i, op)| {
+            op.dispatch(pass, n_tokens, pos);
+            pass.write_timestamp(qs, i as u32 + 1);
+            op.label
+        })
+        .collect()
     }
+}
 
-    fn record_with(
-        &self,
-        pass: &mut wgpu::ComputePass<'_>,
-        n_tokens: u32,
-        pos: u32,
-        pick: Pick,
-        timestamps: Option<&wgpu::QuerySet>,
-    ) -> Vec<&'static str> {
-        if let Some(qs) = timestamps {
-            pass.write_timestamp(qs, 0);
-        }
-        let mut labels = Vec::new();
-        for (i, op) in self.live(n_tokens, pos, pick).enumerate() {
-            let [x, y, z] = op.grid.dims(n_tokens, pos);
-            pass.set_pipeline(&op.pipeline.pipeline);
-            pass.set_bind_group(0, &op.bind, &[]);
-            pass.dispatch_workgroups(x, y, z);
-            if let Some(qs) = timestamps {
-                pass.write_timestamp(qs, i as u32 + 1);
-            }
-            labels.push(op.label);
-        }
-        labels
+impl Op {
+    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32) {
+        let [x, y, z] = self.grid.dims(n_tokens, pos);
+        pass.set_pipeline(&self.pipeline.pipeline);
+        pass.set_bind_group(0, &self.bind, &[]);
+        pass.dispatch_workgroups(x, y, z);
     }
 }
 
