@@ -16,18 +16,9 @@ device_env "$OUT"
 for f in ferrolm ferrolm-base kernels arch_parity; do
   [ -f ".bench/$f.xz" ] && xz -dc ".bench/$f.xz" > "/tmp/b/$f" && chmod +x "/tmp/b/$f"
 done
-# The test binaries find the fixtures through the build machine's path.
-mkdir -p /work && [ -e /work/main ] || ln -s "$PWD" /work/main
 export WGPU_BACKEND=vulkan
 if [ -n "${TESTS:-}" ]; then
-  (cd crate && /tmp/b/kernels --test-threads 1 2>&1 | grep -E "^test |panicked|skipped|test result") > "$OUT/kernels.txt"
-  # One process a test: after about seven tests' worth of devices in one process the NVIDIA
-  # driver stops offering an adapter.
-  for t in $(/tmp/b/arch_parity --list 2>/dev/null | sed -n 's/: test$//p'); do
-    (cd crate && /tmp/b/arch_parity --exact "$t" 2>&1 | grep -E "^test |panicked|assert" | head -5)
-  done > "$OUT/arch_parity.txt"
-  grep "test result" "$OUT/kernels.txt"; grep -v " ok$" "$OUT/kernels.txt" | grep -v "test result"
-  echo "arch_parity: $(grep -c ' ok$' "$OUT/arch_parity.txt") passed"; grep -v ' ok$' "$OUT/arch_parity.txt"
+  device_tests "$OUT"
 fi
 for shape in ${SHAPES:-smollm2-135m llama-3.2-1b phi-3-mini}; do
   f=/tmp/b/$shape.gguf
