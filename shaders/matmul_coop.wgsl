@@ -13,7 +13,7 @@
 const BKP: u32 = BK;
 
 const WBUF: u32 = 2048u;                // BN * BKP
-var<workgroup> w_h: array<f16, 4096>;   // 2 x [BN][BKP]: row n, then k (W^T's columns, k-contiguous)
+var<workgroup> w_h: array<vec4<f16>, 1024>;   // 2 x [BN][BKP] halves in fours: row n, then k (W^T's columns, k-contiguous)
 var<workgroup> c_sh: array<f32, 4096>;  // [BM][BN]: the finished tile
 
 @compute @workgroup_size(128)
@@ -46,14 +46,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let x = a;
         a = load_a(arow, min(k0 + BK, K - BK));
         // A row-major (k contiguous in a row); W^T column-major (k contiguous in a column).
-        let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + qn * BKP], BKP);
-        let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + (qn + 16u) * BKP], BKP);
+        let b0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(cur + qn * BKP) / 4u], BKP / 4u);
+        let b1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(cur + (qn + 16u) * BKP) / 4u], BKP / 4u);
         c00 = coopMultiplyAdd(x.x00, b0, c00);
         c01 = coopMultiplyAdd(x.x00, b1, c01);
         c10 = coopMultiplyAdd(x.x10, b0, c10);
         c11 = coopMultiplyAdd(x.x10, b1, c11);
-        let d0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + qn * BKP + 16u], BKP);
-        let d1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[cur + (qn + 16u) * BKP + 16u], BKP);
+        let d0 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(cur + qn * BKP + 16u) / 4u], BKP / 4u);
+        let d1 = coopLoad<coop_mat16x16<f16, B>>(&w_h[(cur + (qn + 16u) * BKP + 16u) / 4u], BKP / 4u);
         c00 = coopMultiplyAdd(x.x01, d0, c00);
         c01 = coopMultiplyAdd(x.x01, d1, c01);
         c10 = coopMultiplyAdd(x.x11, d0, c10);

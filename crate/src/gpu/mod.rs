@@ -74,10 +74,10 @@ fn web_subgroups32() -> bool {
 /// The least we need; checked up front so a weak adapter fails with a clear message.
 const MIN_WORKGROUP_STORAGE: u32 = 16 * 1024;
 const MIN_INVOCATIONS: u32 = 256;
-/// Workgroup memory of the larger matrix-unit matmul (matmul_coop_wide.wgsl): two padded f16 W
-/// tiles (10 KiB each) and a quarter of the f32 output tile (16 KiB). Prefill attention on
+/// Workgroup memory of the larger matrix-unit matmul (matmul_coop_wide.wgsl): two padded f16
+/// tiles of W and two of A (10 KiB each) and an eighth of the f32 output tile (8 KiB). Prefill attention on
 /// matrix units needs more and checks for itself (ops/attention.rs `ATTENTION_COOP_STORAGE`).
-const COOP_WORKGROUP_STORAGE: u32 = 36 * 1024;
+const COOP_WORKGROUP_STORAGE: u32 = 48 * 1024;
 
 impl Gpu {
     /// Pick an adapter (high performance first) and open a device with the adapter's limits.
@@ -150,7 +150,7 @@ impl Gpu {
             && features.contains(wgpu::Features::MEMORY_DECORATION_COHERENT)
             && std::env::var("FERROLM_NO_FUSED_ATTENTION").is_err();
         // Prefill matmuls on the matrix units (matmul_coop.wgsl): 16x16x16 f16 x f16 -> f32
-        // cooperative matrices, each owned by one 32-wide subgroup, and 26 KiB of workgroup
+        // cooperative matrices, each owned by one 32-wide subgroup, and 48 KiB of workgroup
         // memory. wgpu's cooperative matrices are experimental and native only (Vulkan's
         // VK_KHR_cooperative_matrix, Metal's simdgroup matrices). FERROLM_NO_COOP=1 keeps the f32
         // matmul.
