@@ -7,7 +7,15 @@
 // tokens: 6.5 -> 5.6 ms against matrix loads of A from memory, which each of the two subgroups
 // sharing a fragment issued). The finished tile passes through workgroup memory in 16-token
 // eighths (48 KiB in all).
-// Dispatch: (ceil(N / 128), ceil(tokens / 128)).
+// Split K: with KSPLIT > 1 workgroup z takes the z-th of KSPLIT equal ranges of K and writes its
+// product without the epilogue to `part` for matmul_sum.wgsl (matrices of few 128-row tiles and
+// long rows otherwise leave most of the GPU idle). A constant, not the grid's depth: with K's
+// range known when the pipeline is built the loop ran as fast as before (a range from the grid
+// cost 14% on the unsplit matrices, H100).
+// Bindings: as matmul_tile.wgsl, and 6 the partial products ([KSPLIT][tokens][N]).
+// Dispatch: SplitTiles: (ceil(N / 128), ceil(tokens / 128), KSPLIT).
+
+override KSPLIT: u32 = 1u;
 
 const WM: u32 = 128u;
 const WN: u32 = 128u;
@@ -21,6 +29,20 @@ const WBUF: u32 = 5120u;                      // WN * BKP (= WM * BKP)
 var<workgroup> w_h: array<vec4<f16>, 2560>;   // 2 x [WN][BKP] halves in fours: row n, then k
 var<workgroup> a_h: array<vec4<f16>, 2560>;   // 2 x [WM][BKP]: token m, then k
 var<workgroup> c_sh: array<f32, 2048>;        // [16][WN]: an eighth of the finished tile
+
+@group(0) @binding(6) var<storage, read_write> part: array<f32>;
+
+// Four outputs of split z's partial product (store's bounds, no epilogue).
+fn store_part(z: u32, m: u32, n: u32, v4: vec4<f32>) {
+    if (m >= step.n_tokens) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < N) {
+            part[(z * step.n_tokens + m) * N + n + j] = v4[j];
+        }
+    }
+}
 
 // This invocation's share of A's K step: 8 halves of token j / 4 from k0 + 8 (j % 4), for j =
 // lid and lid + 256 (as load_runs for W).
@@ -64,6 +86,8 @@ fn put_as(t: ARuns, lid: u32, base: u32) {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let m0 = wg.y * WM;
     let n0 = wg.x * WN;
+    let ks = K / KSPLIT;
+    let kb = select(wg.z * ks, 0u, KSPLIT == 1u);
     // Subgroup s owns tokens qm .. qm + 31 and rows qn .. qn + 63.
     let s = lid / 32u;
     let qm = (s / 2u) * 32u;
@@ -78,12 +102,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var c13 = coop_mat16x16<f32, C>();
     // The first step staged before the loop; each iteration then multiplies from one half of
     // w_h and a_h while it stores the next step into the other (one barrier a step).
-    put_runs(load_runs(n0, 0u, lid, 256u), lid, 256u, 0u);
-    put_as(load_as(m0, 0u, lid), lid, 0u);
+    put_runs(load_runs(n0, kb, lid, 256u), lid, 256u, 0u);
+    put_as(load_as(m0, kb, lid), lid, 0u);
     workgroupBarrier();
-    for (var k0 = 0u; k0 < K; k0 += BK) {
-        let cur = ((k0 / BK) % 2u) * WBUF;
-        let more = k0 + BK < K;
+    for (var k0 = kb; k0 < kb + ks; k0 += BK) {
+        let cur = (((k0 - kb) / BK) % 2u) * WBUF;
+        let more = k0 + BK < kb + ks;
         var t: Runs;
         var ta: ARuns;
         if (more) {
@@ -147,7 +171,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let col = (lid % 16u) * 8u;
         for (var j = 0u; j < 8u; j += 4u) {
             let o = r * WN + col + j;
-            store(m0 + e * 16u + r, n0 + col + j, vec4<f32>(c_sh[o], c_sh[o + 1u], c_sh[o + 2u], c_sh[o + 3u]));
+            let v = vec4<f32>(c_sh[o], c_sh[o + 1u], c_sh[o + 2u], c_sh[o + 3u]);
+            if (KSPLIT == 1u) {
+                store(m0 + e * 16u + r, n0 + col + j, v);
+            } else {
+                store_part(wg.z, m0 + e * 16u + r, n0 + col + j, v);
+            }
         }
         workgroupBarrier();
     }

@@ -8,17 +8,10 @@
 // Dispatch: Tiles(N): (ceil(N / 64), ceil(tokens / 64)).
 
 override K: u32;
-override N: u32;
-override ACCUMULATE: bool = false;
-override HAS_BIAS: bool = false;
-override BIAS_OFF: u32 = 0u;   // bias offset in `vecs`
 
 const BM: u32 = 64u;
 const BN: u32 = 64u;
 const BK: u32 = 32u;
-
-@group(0) @binding(3) var<storage, read_write> c: array<f32>;
-@group(0) @binding(4) var<storage, read> vecs: array<f32>;
 
 fn load_w(n0: u32, k0: u32, j: u32) -> W8 {
     let r = j / 4u;
@@ -30,25 +23,4 @@ fn load_w(n0: u32, k0: u32, j: u32) -> W8 {
     z.lo = vec4<f32>(0.0);
     z.hi = vec4<f32>(0.0);
     return z;
-}
-
-// Four outputs of row m from column n on, with bias and residual as configured.
-fn store(m: u32, n: u32, v4: vec4<f32>) {
-    if (m >= step.n_tokens) {
-        return;
-    }
-    for (var j = 0u; j < 4u; j++) {
-        if (n + j >= N) {
-            return;
-        }
-        var v = v4[j];
-        if (HAS_BIAS) {
-            v += vecs[BIAS_OFF + n + j];
-        }
-        let o = m * N + n + j;
-        if (ACCUMULATE) {
-            v += c[o];
-        }
-        c[o] = v;
-    }
 }

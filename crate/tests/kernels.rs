@@ -181,6 +181,7 @@ fn check_linear(
     // On matrix units A enters in f16 as to_f16.wgsl leaves it, in whole 128-token tiles (the
     // rows past m poisoned: they must not reach the m rows of output).
     let f16_inputs = matches!(tile, Some(Tile::Coop | Tile::Wide));
+    let part = poisoned(g, matmul::part_elems(&[(n, k)], m).max(4));
     let a16 = buf_u32(g, &vec![0x7e00_7e00; matmul::a16_elems(k, m) / 2]);
     let bias_at = with_bias.then_some(3);
     run(g, caps(g, idot), [m as u32, 0, 0], |rec| match tile {
@@ -190,7 +191,7 @@ fn check_linear(
         }
         Some(_) => {
             let (label, a, c, vecs) = ("y", &xb, &yb, &vb);
-            matmul::matmul(rec, MatMul { label, w: &w, a, c, vecs, bias: bias_at, accumulate, a16: &a16, tile });
+            matmul::matmul(rec, MatMul { label, w: &w, a, c, vecs, bias: bias_at, accumulate, a16: &a16, part: &part, tile });
         }
     });
     let got = read(g, &yb, m * n);
@@ -370,6 +371,13 @@ fn matmul_all_layouts() {
             }
             check_linear(&g, &mut r, tile, L::Q4, 129, 1024, 256, true, false, false);
         }
+        // Split K (ops::matmul::k_splits), with bias and residual: 2 and 3 tiles of 128 rows in
+        // four ranges of 2,048; 24 tiles not split.
+        assert_eq!((matmul::k_splits(200, 8192), matmul::k_splits(300, 8192), matmul::k_splits(3072, 8192)), (4, 4, 1));
+        for l in [L::Q4, L::Q8(32), L::F16] {
+            check_linear(&g, &mut r, Some(Tile::Wide), l, 129, 300, 8192, true, true, false);
+        }
+        check_linear(&g, &mut r, Some(Tile::Wide), L::Q4, 1, 200, 8192, false, false, false);
     }
     for l in ALL {
         check_linear(&g, &mut r, Some(Tile::F32), l, 70, 130, 96, false, false, false);

@@ -12,6 +12,7 @@ const REDUCE_SG: &str = include_str!("../../../shaders/reduce_sg.wgsl");
 const REDUCE_WG: &str = include_str!("../../../shaders/reduce_wg.wgsl");
 const ROWDOT: &str = include_str!("../../../shaders/rowdot.wgsl");
 const ATTN_MERGE: &str = include_str!("../../../shaders/attn_merge.wgsl");
+const MATMUL_OUT: &str = include_str!("../../../shaders/matmul_out.wgsl");
 const MATMUL_TILE: &str = include_str!("../../../shaders/matmul_tile.wgsl");
 const MATMUL_F16: &str = include_str!("../../../shaders/matmul_f16.wgsl");
 const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
@@ -31,6 +32,8 @@ pub enum Kernel {
     /// in f16 as `ToF16` leaves it.
     MatMulCoop,
     MatMulWide,
+    /// Sums the partial products of a split-K `MatMulWide` (matmul_sum.wgsl).
+    MatMulSum,
     ToF16,
     Embed,
     RmsNorm,
@@ -55,12 +58,13 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 22] = [
+    pub const ALL: [Kernel; 23] = [
         Kernel::MatVec,
         Kernel::QkvRope,
         Kernel::MatMul,
         Kernel::MatMulCoop,
         Kernel::MatMulWide,
+        Kernel::MatMulSum,
         Kernel::ToF16,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -108,6 +112,7 @@ impl Kernel {
             Kernel::MatMul => (include_str!("../../../shaders/matmul.wgsl"), true, false),
             Kernel::MatMulCoop => (include_str!("../../../shaders/matmul_coop.wgsl"), true, false),
             Kernel::MatMulWide => (include_str!("../../../shaders/matmul_coop_wide.wgsl"), true, false),
+            Kernel::MatMulSum => (include_str!("../../../shaders/matmul_sum.wgsl"), false, false),
             Kernel::ToF16 => (include_str!("../../../shaders/to_f16.wgsl"), false, false),
             Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true, false),
             Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false, false),
@@ -134,9 +139,13 @@ impl Kernel {
     fn slots(self) -> &'static [Option<Slot>] {
         use Slot::*;
         match self {
-            Kernel::MatVec | Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide => {
+            Kernel::MatVec | Kernel::MatMul | Kernel::MatMulCoop => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform)]
             }
+            Kernel::MatMulWide => {
+                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform), Some(ReadWrite)]
+            }
+            Kernel::MatMulSum => &[None, None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
             Kernel::QkvRope => &[
                 Some(Read),
                 Some(Read),
@@ -285,6 +294,9 @@ impl Pipelines {
             code.push_str(ATTN_MERGE);
         }
         code.push_str(STEP);
+        if matches!(k, Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide | Kernel::MatMulSum) {
+            code.push_str(MATMUL_OUT);
+        }
         if matches!(k, Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide) {
             code.push_str(MATMUL_TILE);
         }

@@ -25,6 +25,12 @@ pub use crate::ops::{Pick, Program};
 /// Token ids the GPU sampler can hold for the CPU to read back, one per in-flight step.
 pub const TOKEN_SLOTS: usize = 8;
 
+/// Elements of `Buffers::mm_part`: the split-K partial products of the prefill matmuls.
+pub fn part_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
+    let (h, ff, mix) = (cfg.hidden, cfg.ffn, cfg.mix_width());
+    matmul::part_elems(&[(cfg.proj_rows(), h), (h, mix), (2 * ff, h), (ff, h), (h, ff)], max_tokens)
+}
+
 /// Elements of `Buffers::a16`: every prefill matmul input (the hidden state, the attention or
 /// token-mixer output, the FFN activation) of up to `max_tokens` tokens.
 pub fn a16_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
@@ -86,6 +92,8 @@ pub struct Buffers {
     /// The prefill matmul's input in f16 on matrix units (to_f16.wgsl): whole 128-token tiles of
     /// the widest input row (a 16-byte placeholder elsewhere).
     pub a16: wgpu::Buffer,
+    /// Split-K partial products of the wide matrix-unit matmuls (matrix units only).
+    pub mm_part: wgpu::Buffer,
     /// Cache slots per layer: the context, or on sliding-window layers just the window plus one
     /// prefill chunk (a chunk writes all its keys before any of its queries read).
     pub kv_cap: Vec<usize>,
@@ -170,6 +178,7 @@ impl Buffers {
             gu: buf("gu", t * 2 * ff * f)?,
             h: buf("h", t * ff * f)?,
             a16: buf("a16", if gpu.pipelines.matrix_units { a16_elems(cfg, max_tokens) as u64 * 2 } else { 16 })?,
+            mm_part: buf("matmul parts", if gpu.pipelines.matrix_units { part_elems(cfg, max_tokens).max(4) as u64 * 4 } else { 16 })?,
             tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 4)) as u64 * f)?,
             done: buf("attn splits done", cfg.n_heads as u64 * 4)?,
@@ -272,7 +281,7 @@ impl<'a> Model<'a> {
         c: &'a wgpu::Buffer,
         vecs: &'a wgpu::Buffer,
     ) -> MatMul<'a> {
-        MatMul { label, w, a, c, vecs, bias: None, accumulate: false, a16: &self.bf.a16, tile: None }
+        MatMul { label, w, a, c, vecs, bias: None, accumulate: false, a16: &self.bf.a16, part: &self.bf.mm_part, tile: None }
     }
 
     /// Prefill: y (+)= norm(x) over rows of `width`.

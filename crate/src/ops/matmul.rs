@@ -18,6 +18,45 @@ pub const WIDE_TILE: u32 = 128;
 /// of 1,024 / 2,048 / 3,072 rows gave 20.5k / 20.2k / 21.4k tok/s.
 pub const WIDE_MIN_ROWS: usize = 3072;
 
+/// A K step of the matmul kernels (matmul_tile.wgsl BK).
+const BK: u32 = 32;
+
+/// Split K where that makes a wide matmul's grid for `SPLIT_TOKENS` tokens at least
+/// `MIN_SPLITS` times larger and no larger than `SPLIT_GRID` workgroups...
+pub const SPLIT_GRID: u32 = 256;
+pub const SPLIT_TOKENS: u32 = 512;
+pub const MIN_SPLITS: u32 = 4;
+/// ... with each range of K at least this long. H100, 512 tokens: Llama-3.2-1B's down projection
+/// (2,048 x 8,192, 64 workgroups unsplit) 5.2 ms on 64x64 tiles, 3.4 ms wide split in four; its o
+/// and qkv projections (K = 2,048) and Phi-3's down projection (96 workgroups, split in two: 11.6
+/// vs 9.9 ms) ran slower split.
+pub const MIN_SPLIT_K: u32 = 2048;
+
+/// How many ranges of K a wide matmul of `n` rows and `k` columns splits into (matmul_coop_wide.wgsl
+/// KSPLIT): long rows over few 128-row tiles. Only where N is a multiple of 4 (matmul_sum.wgsl).
+pub fn k_splits(n: u32, k: u32) -> u32 {
+    let tiles = n.div_ceil(WIDE_TILE) * SPLIT_TOKENS.div_ceil(WIDE_TILE);
+    let mut s = 1;
+    while n % 4 == 0 && tiles * s * 2 <= SPLIT_GRID && k % (2 * s * BK) == 0 && k / (2 * s) >= MIN_SPLIT_K {
+        s *= 2;
+    }
+    if s < MIN_SPLITS {
+        1
+    } else {
+        s
+    }
+}
+
+/// Elements of the partial-product buffer the split-K matmuls of these `(rows, cols)` matrices
+/// need for up to `max_tokens` tokens.
+pub fn part_elems(mats: &[(usize, usize)], max_tokens: usize) -> usize {
+    let parts = |&(n, k): &(usize, usize)| match k_splits(n as u32, k as u32) {
+        1 => 0,
+        s => s as usize * max_tokens * n,
+    };
+    mats.iter().map(parts).max().unwrap_or(0)
+}
+
 /// Elements of the f16 input buffer the matrix-unit kernels need for inputs of up to `width`
 /// values a token and `max_tokens` tokens: whole 128-token tiles, which they read whole.
 pub fn a16_elems(width: usize, max_tokens: usize) -> usize {
@@ -47,6 +86,8 @@ pub struct MatMul<'a> {
     pub accumulate: bool,
     /// The f16 copy of `a` the matrix-unit kernels read (`a16_elems` long).
     pub a16: &'a wgpu::Buffer,
+    /// Split-K partial products (`part_elems` long).
+    pub part: &'a wgpu::Buffer,
     /// The kernel to take (tests); `None`: as the adapter and the matrix's shape suggest.
     pub tile: Option<Tile>,
 }
@@ -55,7 +96,7 @@ pub struct MatMul<'a> {
 pub fn tile_for(r: &Recorder, w: &GpuMatrix) -> Tile {
     if !r.caps.matrix_units || !w.cols.is_multiple_of(32) {
         Tile::F32
-    } else if w.rows >= WIDE_MIN_ROWS {
+    } else if w.rows >= WIDE_MIN_ROWS || k_splits(w.rows as u32, w.cols as u32) > 1 {
         Tile::Wide
     } else {
         Tile::Coop
@@ -78,14 +119,26 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
     let n = w.rows as u32;
     let tiles = |tile_n: u32, tile_m: u32| Grid::Tiles { n, tile_n, tile_m };
     let tile = m.tile.unwrap_or_else(|| tile_for(r, w));
+    let splits = k_splits(n, w.cols as u32);
     let (kernel, grid, a) = match tile {
         Tile::F32 => (Kernel::MatMul, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a),
         Tile::Coop => (Kernel::MatMulCoop, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a16),
-        Tile::Wide => (Kernel::MatMulWide, tiles(WIDE_TILE, WIDE_TILE), m.a16),
+        Tile::Wide => (Kernel::MatMulWide, Grid::SplitTiles { n, splits }, m.a16),
     };
     if tile != Tile::F32 {
         let grid = Grid::Elems(w.cols.div_ceil(4) as u32);
         r.push("to f16", Kernel::ToF16, &[("N", w.cols as f64)], &[(0, m.a), (1, m.a16)], grid);
     }
-    r.push(m.label, kernel, &consts, &[(0, &w.words), (1, &w.meta), (2, a), (3, m.c), (4, m.vecs)], grid);
+    let bufs = [(0, &w.words), (1, &w.meta), (2, a), (3, m.c), (4, m.vecs), (6, m.part)];
+    match tile {
+        Tile::Wide => {
+            let split = [("KSPLIT", splits as f64)];
+            r.push(m.label, kernel, &[&consts[..], &split].concat(), &bufs, grid);
+            if splits > 1 {
+                let consts = [&consts[4..], &split].concat();
+                r.push("matmul sum", Kernel::MatMulSum, &consts, &[(3, m.c), (4, m.vecs), (6, m.part)], Grid::Elems(n / 4));
+            }
+        }
+        _ => r.push(m.label, kernel, &consts, &bufs[..5], grid),
+    }
 }

@@ -58,6 +58,11 @@ pub enum Grid {
         tile_n: u32,
         tile_m: u32,
     },
+    /// (n / 128, t / 128, splits) output tiles of a split-K wide matmul.
+    SplitTiles {
+        n: u32,
+        splits: u32,
+    },
     /// (heads, ceil(t / 64)): 64 queries of a head per workgroup (attention_coop.wgsl).
     QueryBlocks(u32),
     /// `n` elements per token, 256 per workgroup, folded into 2-D past 65535 workgroups.
@@ -74,6 +79,10 @@ impl Grid {
             Grid::Tokens => [t, 1, 1],
             Grid::PerToken(x) => [x, t, 1],
             Grid::Tiles { n, tile_n, tile_m } => [n.div_ceil(tile_n), t.div_ceil(tile_m), 1],
+            Grid::SplitTiles { n, splits } => {
+                let tile = matmul::WIDE_TILE;
+                [n.div_ceil(tile), t.div_ceil(tile), splits]
+            }
             Grid::QueryBlocks(heads) => [heads, t.div_ceil(64), 1],
             Grid::Elems(n) => {
                 let wgs = (n * t).div_ceil(256);
