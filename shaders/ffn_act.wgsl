@@ -1,20 +1,20 @@
 // Prefill GLU: h[t, j] = act(gate[t, j]) * up[t, j], where each token's row of `gu` holds the
 // gate outputs then the up outputs ([gate; up] is one concatenated matrix).
 // SiLU (Llama, Qwen, Phi-3), GELU with the tanh approximation (Gemma) or ReLU² (BitNet).
+// F16_OUT (F even): two outputs an invocation, also written in f16 to h16 (pairs packed in
+// words, as to_f16.wgsl would leave them) for the matrix-unit matmul that reads them.
+// Dispatch: Elems(F), or Elems(F / 2) with F16_OUT.
 
 override F: u32;
 override GELU: bool = false;
 override RELU2: bool = false;
+override F16_OUT: bool = false;
 
 @group(0) @binding(0) var<storage, read> gu: array<f32>;
 @group(0) @binding(1) var<storage, read_write> h: array<f32>;
+@group(0) @binding(2) var<storage, read_write> h16: array<u32>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= step.n_tokens * F) {
-        return;
-    }
+fn glu(i: u32) -> f32 {
     let t = i / F;
     let j = i % F;
     let g = gu[t * 2u * F + j];
@@ -27,5 +27,24 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     } else {
         a = g / (1.0 + exp(-g));
     }
-    h[i] = a * u;
+    return a * u;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (F16_OUT) {
+        if (i >= step.n_tokens * F / 2u) {
+            return;
+        }
+        let v = vec2<f32>(glu(2u * i), glu(2u * i + 1u));
+        h[2u * i] = v.x;
+        h[2u * i + 1u] = v.y;
+        h16[i] = pack_h2(v);
+        return;
+    }
+    if (i >= step.n_tokens * F) {
+        return;
+    }
+    h[i] = glu(i);
 }

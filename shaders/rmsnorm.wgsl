@@ -1,6 +1,8 @@
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * (w + NW_OFFSET), one workgroup per row;
 // w is read from the layer's `vecs` buffer at NW_OFF.
 // LAST_ONLY normalizes just the last token's row (the LM head needs nothing else).
+// F16_OUT also writes the rows in f16 to y16 (pairs packed in words, as to_f16.wgsl would leave
+// them) for the matrix-unit matmul that reads them: one pass over the activations fewer.
 
 override H: u32;
 override EPS: f32;
@@ -8,10 +10,12 @@ override NW_OFFSET: f32 = 0.0;
 override LAST_ONLY: bool = false;
 override NW_OFF: u32 = 0u;
 override ADD: bool = false;   // y += result (Gemma's post-norms feed the residual stream)
+override F16_OUT: bool = false;   // H even, not with ADD or LAST_ONLY
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> vecs: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y16: array<u32>;
 
 var<workgroup> partial: array<f32, 256>;
 
@@ -45,6 +49,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             y[out_row * H + i] += v;
         } else {
             y[out_row * H + i] = v;
+        }
+    }
+    if (F16_OUT) {
+        for (var p = lid; p < H / 2u; p += 256u) {
+            let i = row * H + 2u * p;
+            let w = vec2<f32>(vecs[NW_OFF + 2u * p], vecs[NW_OFF + 2u * p + 1u]) + NW_OFFSET;
+            y16[i / 2u] = pack_h2(vec2<f32>(x[i], x[i + 1u]) * inv * w);
         }
     }
 }

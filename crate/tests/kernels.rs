@@ -191,7 +191,7 @@ fn check_linear(
         }
         Some(_) => {
             let (label, a, c, vecs) = ("y", &xb, &yb, &vb);
-            matmul::matmul(rec, MatMul { label, w: &w, a, c, vecs, bias: bias_at, accumulate, a16: &a16, part: &part, tile });
+            matmul::matmul(rec, MatMul { label, w: &w, a, c, vecs, bias: bias_at, accumulate, a16: &a16, a16_ready: false, part: &part, tile });
         }
     });
     let got = read(g, &yb, m * n);
@@ -420,19 +420,26 @@ fn rmsnorm_rows_and_last() {
         xs.iter().zip(&w).map(|(v, wi)| (*v as f64 * inv * (*wi + off) as f64) as f32).collect()
     };
     let (xb, wb) = (buf_f32(&g, &x), buf_f32(&g, &[vec![7.0; 2], w.clone()].concat()));
-    for (last, off) in [(false, 0.0f32), (true, 0.0), (false, 1.0)] {
+    // Rows also in f16 (F16_OUT, for a matrix-unit matmul) in the second and fourth runs.
+    for (last, off, half) in [(false, 0.0f32, false), (false, 0.0, true), (true, 0.0, false), (false, 1.0, true)] {
         let rows = if last { 1 } else { t };
         let yb = poisoned(&g, rows * h);
+        let y16b = poisoned(&g, rows * h / 2);
         let n = Norm { at: 2, eps, offset: off };
-        let (x, vecs, y) = (&xb, &wb, &yb);
+        let (x, vecs, y, y16) = (&xb, &wb, &yb, half.then_some(&y16b));
         run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| {
             elementwise::rmsnorm(
                 rec,
-                NormRows { label: "norm", x, vecs, y, width: h, norm: n, last_only: last, add: false },
+                NormRows { label: "norm", x, vecs, y, width: h, norm: n, last_only: last, add: false, y16 },
             )
         });
         let want: Vec<f32> = if last { norm(t - 1, off) } else { (0..t).flat_map(|i| norm(i, off)).collect() };
-        assert_close(&read(&g, &yb, rows * h), &want, 1e-5, 1e-5, &format!("rmsnorm last={last} offset={off}"));
+        let what = format!("rmsnorm last={last} offset={off} f16={half}");
+        assert_close(&read(&g, &yb, rows * h), &want, 1e-5, 1e-5, &what);
+        if half {
+            let want16: Vec<f32> = want.iter().map(|&v| f16_round(v)).collect();
+            assert_close(&unpack_f16(&read_u32(&g, &y16b, rows * h / 2)), &want16, 1e-3, 1e-3, &what);
+        }
     }
 }
 
@@ -739,9 +746,18 @@ fn ffn_activations() {
                 (a * u) as f32
             })
             .collect();
-        let (gb, hb) = (buf_f32(&g, &gu), poisoned(&g, t * f));
-        run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::glu(rec, f, Act { gelu, relu2: false }, &gb, &hb));
-        assert_close(&read(&g, &hb, t * f), &want, 1e-5, 1e-4, &format!("ffn gelu={gelu}"));
+        // Also with the f16 copy (F16_OUT: two outputs an invocation).
+        for half in [false, true] {
+            let (gb, hb, h16b) = (buf_f32(&g, &gu), poisoned(&g, t * f), poisoned(&g, t * f / 2));
+            let h16 = half.then_some(&h16b);
+            run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::glu(rec, f, Act { gelu, relu2: false }, &gb, &hb, h16));
+            let what = format!("ffn gelu={gelu} f16={half}");
+            assert_close(&read(&g, &hb, t * f), &want, 1e-5, 1e-4, &what);
+            if half {
+                let want16: Vec<f32> = want.iter().map(|&v| f16_round(v)).collect();
+                assert_close(&unpack_f16(&read_u32(&g, &h16b, t * f / 2)), &want16, 1e-3, 1e-3, &what);
+            }
+        }
     }
 }
 

@@ -16,6 +16,7 @@ const MATMUL_OUT: &str = include_str!("../../../shaders/matmul_out.wgsl");
 const MATMUL_TILE: &str = include_str!("../../../shaders/matmul_tile.wgsl");
 const MATMUL_F16: &str = include_str!("../../../shaders/matmul_f16.wgsl");
 const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
+const PACK_H2: &str = include_str!("../../../shaders/pack_h2.wgsl");
 /// `enable` directives of the matrix-unit kernels and of to_f16.wgsl; they must open the
 /// assembled source.
 const COOP_ENABLES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
@@ -157,7 +158,7 @@ impl Kernel {
                 Some(Read),
             ],
             Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
-            Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), None, None, Some(Uniform)],
+            Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform)],
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
             Kernel::Attention | Kernel::AttentionCoop => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)]
@@ -166,7 +167,8 @@ impl Kernel {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), Some(Uniform), Some(ReadWrite)]
             }
             Kernel::AttnCombine => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
-            Kernel::FfnAct | Kernel::ToF16 => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
+            Kernel::FfnAct => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
+            Kernel::ToF16 => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::Mask => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
             Kernel::Conv1d => &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform)],
@@ -305,6 +307,9 @@ impl Pipelines {
         }
         if matches!(k, Kernel::QkvRope | Kernel::RopeKv) {
             code.push_str(ROPE);
+        }
+        if matches!(k, Kernel::RmsNorm | Kernel::FfnAct) {
+            code.push_str(PACK_H2);
         }
         code.push_str(src.body);
         if self.fused_attention {

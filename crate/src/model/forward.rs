@@ -281,7 +281,7 @@ impl<'a> Model<'a> {
         c: &'a wgpu::Buffer,
         vecs: &'a wgpu::Buffer,
     ) -> MatMul<'a> {
-        MatMul { label, w, a, c, vecs, bias: None, accumulate: false, a16: &self.bf.a16, part: &self.bf.mm_part, tile: None }
+        MatMul { label, w, a, c, vecs, bias: None, accumulate: false, a16: &self.bf.a16, a16_ready: false, part: &self.bf.mm_part, tile: None }
     }
 
     /// Prefill: y (+)= norm(x) over rows of `width`.
@@ -293,8 +293,29 @@ impl<'a> Model<'a> {
         width: usize,
         add: bool,
     ) {
+        self.norm_rows16(r, label, (x, vecs, at, y), width, add, None);
+    }
+
+    /// `norm_rows`, also writing the rows in f16 to `y16` where given (`a16_for`).
+    #[allow(clippy::too_many_arguments)]
+    fn norm_rows16(
+        &self,
+        r: &mut Recorder,
+        label: &'static str,
+        (x, vecs, at, y): (&wgpu::Buffer, &wgpu::Buffer, usize, &wgpu::Buffer),
+        width: usize,
+        add: bool,
+        y16: Option<&wgpu::Buffer>,
+    ) {
         let norm = self.norm(at);
-        elementwise::rmsnorm(r, NormRows { label, x, vecs, y, width, norm, last_only: false, add });
+        elementwise::rmsnorm(r, NormRows { label, x, vecs, y, width, norm, last_only: false, add, y16 });
+    }
+
+    /// The f16 input buffer of a prefill matmul of `w` where it runs on matrix units and its
+    /// input's producer can write it (rows of even width): the conversion pass is then skipped.
+    fn a16_for(&self, r: &Recorder, w: &crate::model::weights::GpuMatrix) -> Option<&'a wgpu::Buffer> {
+        let on_units = matmul::tile_for(r, w) != matmul::Tile::F32;
+        (on_units && w.cols % 2 == 0).then_some(&self.bf.a16)
     }
 
     /// Layer `i`'s attention geometry.
@@ -437,14 +458,16 @@ impl<'a> Model<'a> {
         let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
         let (out, epilogue) = self.residual();
         let accumulate = epilogue == Epilogue::Add;
-        self.norm_rows(r, "norm", (&bf.x, &lw.vecs, off.attn_norm, &bf.xn), cfg.hidden, false);
+        let qkv16 = self.a16_for(r, &lw.wqkv);
+        self.norm_rows16(r, "norm", (&bf.x, &lw.vecs, off.attn_norm, &bf.xn), cfg.hidden, false, qkv16);
+        let a16_ready = qkv16.is_some();
         if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
-            matmul::matmul(r, self.mm("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs));
+            matmul::matmul(r, MatMul { a16_ready, ..self.mm("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
             deltanet::mix(r, l, self.deltanet(i, lw), true);
             matmul::matmul(r, MatMul { accumulate, ..self.mm("o", &lw.wo, &bf.attn, out, &lw.vecs) });
         } else {
             let bias = off.qkv_bias;
-            matmul::matmul(r, MatMul { bias, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
+            matmul::matmul(r, MatMul { bias, a16_ready, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
             let h = self.heads(i);
             self.rope_kv(r, i, h);
             attention::prefill(r, h, cfg.causal, &bf.qkv, &bf.kv[i], &bf.attn);
@@ -461,10 +484,13 @@ impl<'a> Model<'a> {
             matmul::matmul(r, MatMul { bias, accumulate, ..self.mm("o", &lw.wo, o_in, out, &lw.vecs) });
         }
         self.post_norm(r, lw, off.post_attn_norm);
-        self.norm_rows(r, "norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden, false);
-        let bias = off.gate_up_bias;
-        matmul::matmul(r, MatMul { bias, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) });
-        elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h);
+        let gu16 = self.a16_for(r, &lw.w_gate_up);
+        self.norm_rows16(r, "norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden, false, gu16);
+        let (bias, a16_ready) = (off.gate_up_bias, gu16.is_some());
+        matmul::matmul(r, MatMul { bias, a16_ready, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) });
+        // The GLU writes the down projection's f16 input unless a sub-norm comes between.
+        let down16 = self.a16_for(r, &lw.w_down).filter(|_| off.ffn_sub_norm.is_none());
+        elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h, down16);
         let down_in = match off.ffn_sub_norm {
             Some(at) => {
                 self.norm_rows(r, "sub norm", (&bf.h, &lw.vecs, at, &bf.gu), cfg.ffn, false);
@@ -472,8 +498,8 @@ impl<'a> Model<'a> {
             }
             None => &bf.h,
         };
-        let bias = off.down_bias;
-        matmul::matmul(r, MatMul { bias, accumulate, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) });
+        let (bias, a16_ready) = (off.down_bias, down16.is_some());
+        matmul::matmul(r, MatMul { bias, accumulate, a16_ready, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) });
         self.post_norm(r, lw, off.post_ffn_norm);
     }
 
@@ -548,7 +574,7 @@ pub fn build(
         let (x, vecs, y, norm) = (&bf.x, &w.out_vecs, &bf.xlast, m.norm(0));
         elementwise::rmsnorm(
             &mut r,
-            NormRows { label: "norm", x, vecs, y, width: cfg.hidden, norm, last_only: true, add: false },
+            NormRows { label: "norm", x, vecs, y, width: cfg.hidden, norm, last_only: true, add: false, y16: None },
         );
         m.lm_head(&mut r, &bf.xlast, false)
     } else {

@@ -35,6 +35,9 @@ pub struct NormRows<'a> {
     pub last_only: bool,
     /// y += norm(x) (Gemma's post-norms before the residual).
     pub add: bool,
+    /// Also write the rows in f16 here, for a matrix-unit matmul (`MatMul::a16_ready`); width
+    /// even, not with `add` or `last_only`.
+    pub y16: Option<&'a wgpu::Buffer>,
 }
 
 pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
@@ -45,14 +48,22 @@ pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
         ("NW_OFF", n.norm.at as f64),
         ("NW_OFFSET", n.norm.offset as f64),
         ("ADD", flag(n.add)),
+        ("F16_OUT", flag(n.y16.is_some())),
     ];
+    assert!(n.y16.is_none() || (n.width % 2 == 0 && !n.add && !n.last_only), "f16 rows: even width, no add");
     let grid = if n.last_only { Grid::Fixed(1) } else { Grid::Tokens };
-    r.push(n.label, Kernel::RmsNorm, &consts, &[(0, n.x), (1, n.vecs), (2, n.y)], grid);
+    let unused = r.unused.clone();
+    let y16 = n.y16.unwrap_or(&unused);
+    r.push(n.label, Kernel::RmsNorm, &consts, &[(0, n.x), (1, n.vecs), (2, n.y), (3, y16)], grid);
 }
 
-/// h = act(gate) * up for rows [gate; up] of `2 * ffn` values a token.
-pub fn glu(r: &mut Recorder, ffn: usize, act: Act, gu: &wgpu::Buffer, h: &wgpu::Buffer) {
-    let mut consts = vec![("F", ffn as f64)];
+/// h = act(gate) * up for rows [gate; up] of `2 * ffn` values a token; with `h16` (`ffn` even)
+/// also in f16 there, for a matrix-unit matmul (`MatMul::a16_ready`).
+pub fn glu(r: &mut Recorder, ffn: usize, act: Act, gu: &wgpu::Buffer, h: &wgpu::Buffer, h16: Option<&wgpu::Buffer>) {
+    assert!(h16.is_none() || ffn % 2 == 0, "f16 rows: even width");
+    let mut consts = vec![("F", ffn as f64), ("F16_OUT", flag(h16.is_some()))];
     consts.extend(act.consts());
-    r.push("glu", Kernel::FfnAct, &consts, &[(0, gu), (1, h)], Grid::Elems(ffn as u32));
+    let grid = Grid::Elems(if h16.is_some() { ffn / 2 } else { ffn } as u32);
+    let unused = r.unused.clone();
+    r.push("glu", Kernel::FfnAct, &consts, &[(0, gu), (1, h), (2, h16.unwrap_or(&unused))], grid);
 }

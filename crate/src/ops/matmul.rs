@@ -86,6 +86,8 @@ pub struct MatMul<'a> {
     pub accumulate: bool,
     /// The f16 copy of `a` the matrix-unit kernels read (`a16_elems` long).
     pub a16: &'a wgpu::Buffer,
+    /// `a16` already holds `a` (written by the kernel that produced it: rmsnorm, glu).
+    pub a16_ready: bool,
     /// Split-K partial products (`part_elems` long).
     pub part: &'a wgpu::Buffer,
     /// The kernel to take (tests); `None`: as the adapter and the matrix's shape suggest.
@@ -125,7 +127,7 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
         Tile::Coop => (Kernel::MatMulCoop, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a16),
         Tile::Wide => (Kernel::MatMulWide, Grid::SplitTiles { n, splits }, m.a16),
     };
-    if tile != Tile::F32 {
+    if tile != Tile::F32 && !m.a16_ready {
         let grid = Grid::Elems(w.cols.div_ceil(4) as u32);
         r.push("to f16", Kernel::ToF16, &[("N", w.cols as f64)], &[(0, m.a), (1, m.a16)], grid);
     }

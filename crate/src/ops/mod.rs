@@ -228,11 +228,20 @@ pub struct Recorder<'a> {
     /// Set when a kernel would need more workgroup memory than the adapter has (wgpu does not
     /// check it natively; browsers refuse the pipeline).
     too_big: Option<usize>,
+    /// Bound where a kernel's variant leaves a binding unused: browsers refuse a writable
+    /// buffer bound twice in one dispatch.
+    pub unused: wgpu::Buffer,
 }
 
 impl<'a> Recorder<'a> {
     pub fn new(gpu: &'a Gpu, step: &'a wgpu::Buffer) -> Recorder<'a> {
-        Recorder { gpu, caps: Caps::of(gpu), step, ops: Vec::new(), filter: Filter::ALWAYS, too_big: None }
+        let unused = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("unused binding"),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        Recorder { gpu, caps: Caps::of(gpu), step, ops: Vec::new(), filter: Filter::ALWAYS, too_big: None, unused }
     }
 
     /// A dispatch of `kernel` with override constants `consts` and buffers at their bindings.
