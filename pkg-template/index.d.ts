@@ -383,6 +383,8 @@ export interface BenchmarkReport {
   depth: number;
   reps: number;
   prefill_tok_s: number;
+  /** Median ms from the prompt's submission to its last position's logits: time to first token. */
+  ttft_ms: number;
   decode_tok_s: number;
   ms_per_token: number;
   prefill_ms: number[];

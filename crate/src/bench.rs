@@ -70,6 +70,9 @@ pub struct BenchReport {
     pub reps: usize,
     pub sampling: Option<SamplingParams>,
     pub prefill_tok_s: f64,
+    /// Median time from the prompt's submission to its last position's logits on the CPU: the
+    /// time to first token of a `prompt_len`-token prompt (all its chunks).
+    pub ttft_ms: f64,
     pub decode_tok_s: f64,
     pub ms_per_token: f64,
     pub prefill_ms: Vec<f64>,
@@ -203,6 +206,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         reps: o.reps,
         sampling: o.sampling.clone(),
         prefill_tok_s: o.prompt_len as f64 / (p / 1e3),
+        ttft_ms: p,
         decode_tok_s,
         ms_per_token: d / o.gen as f64,
         prefill_ms: pre,

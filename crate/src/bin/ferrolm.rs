@@ -317,7 +317,7 @@ fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()
             r.adapter["name"].as_str().unwrap_or("?"),
             r.adapter["backend"].as_str().unwrap_or("?")
         );
-        println!("prefill pp{}: {:.0} tok/s", r.prompt_len, r.prefill_tok_s);
+        println!("prefill pp{}: {:.0} tok/s, first token after {:.1} ms", r.prompt_len, r.prefill_tok_s, r.ttft_ms);
         println!(
             "decode tg{}{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step)",
             r.gen,
