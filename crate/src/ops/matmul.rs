@@ -1,6 +1,7 @@
 //! Prefill matrix products, c (+)= a · Wᵀ (+ bias), over output tiles of weight rows × tokens:
 //! in f32 on any adapter (matmul.wgsl), or on matrix units (matmul_coop.wgsl, 64×64 tiles;
-//! matmul_coop_wide.wgsl, 128×128) after to_f16.wgsl converts a to f16 once.
+//! matmul_coop_wide.wgsl, 128×128, split in ranges of K where rows are long and tiles few) from
+//! a in f16, as its producer (rmsnorm, ffn_act: `a16_ready`) or to_f16.wgsl leaves it.
 
 use super::{flag, Grid, Recorder};
 use crate::gpu::Kernel;
