@@ -191,7 +191,22 @@ fn check_linear(
         }
         Some(_) => {
             let (label, a, c, vecs) = ("y", &xb, &yb, &vb);
-            matmul::matmul(rec, MatMul { label, w: &w, a, c, vecs, bias: bias_at, accumulate, a16: &a16, a16_ready: false, part: &part, tile });
+            matmul::matmul(
+                rec,
+                MatMul {
+                    label,
+                    w: &w,
+                    a,
+                    c,
+                    vecs,
+                    bias: bias_at,
+                    accumulate,
+                    a16: &a16,
+                    a16_ready: false,
+                    part: &part,
+                    tile,
+                },
+            );
         }
     });
     let got = read(g, &yb, m * n);
@@ -750,7 +765,9 @@ fn ffn_activations() {
         for half in [false, true] {
             let (gb, hb, h16b) = (buf_f32(&g, &gu), poisoned(&g, t * f), poisoned(&g, t * f / 2));
             let h16 = half.then_some(&h16b);
-            run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::glu(rec, f, Act { gelu, relu2: false }, &gb, &hb, h16));
+            run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| {
+                elementwise::glu(rec, f, Act { gelu, relu2: false }, &gb, &hb, h16)
+            });
             let what = format!("ffn gelu={gelu} f16={half}");
             assert_close(&read(&g, &hb, t * f), &want, 1e-5, 1e-4, &what);
             if half {

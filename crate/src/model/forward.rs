@@ -178,7 +178,10 @@ impl Buffers {
             gu: buf("gu", t * 2 * ff * f)?,
             h: buf("h", t * ff * f)?,
             a16: buf("a16", if gpu.pipelines.matrix_units { a16_elems(cfg, max_tokens) as u64 * 2 } else { 16 })?,
-            mm_part: buf("matmul parts", if gpu.pipelines.matrix_units { part_elems(cfg, max_tokens).max(4) as u64 * 4 } else { 16 })?,
+            mm_part: buf(
+                "matmul parts",
+                if gpu.pipelines.matrix_units { part_elems(cfg, max_tokens).max(4) as u64 * 4 } else { 16 },
+            )?,
             tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 4)) as u64 * f)?,
             done: buf("attn splits done", cfg.n_heads as u64 * 4)?,
@@ -281,34 +284,30 @@ impl<'a> Model<'a> {
         c: &'a wgpu::Buffer,
         vecs: &'a wgpu::Buffer,
     ) -> MatMul<'a> {
-        MatMul { label, w, a, c, vecs, bias: None, accumulate: false, a16: &self.bf.a16, a16_ready: false, part: &self.bf.mm_part, tile: None }
+        MatMul {
+            label,
+            w,
+            a,
+            c,
+            vecs,
+            bias: None,
+            accumulate: false,
+            a16: &self.bf.a16,
+            a16_ready: false,
+            part: &self.bf.mm_part,
+            tile: None,
+        }
     }
 
-    /// Prefill: y (+)= norm(x) over rows of `width`.
-    fn norm_rows(
+    /// Prefill: y = norm(x) over rows of `width` (struct update for `add` and `y16`).
+    fn norm_rows<'b>(
         &self,
-        r: &mut Recorder,
         label: &'static str,
-        (x, vecs, at, y): (&wgpu::Buffer, &wgpu::Buffer, usize, &wgpu::Buffer),
+        (x, vecs, at, y): (&'b wgpu::Buffer, &'b wgpu::Buffer, usize, &'b wgpu::Buffer),
         width: usize,
-        add: bool,
-    ) {
-        self.norm_rows16(r, label, (x, vecs, at, y), width, add, None);
-    }
-
-    /// `norm_rows`, also writing the rows in f16 to `y16` where given (`a16_for`).
-    #[allow(clippy::too_many_arguments)]
-    fn norm_rows16(
-        &self,
-        r: &mut Recorder,
-        label: &'static str,
-        (x, vecs, at, y): (&wgpu::Buffer, &wgpu::Buffer, usize, &wgpu::Buffer),
-        width: usize,
-        add: bool,
-        y16: Option<&wgpu::Buffer>,
-    ) {
+    ) -> NormRows<'b> {
         let norm = self.norm(at);
-        elementwise::rmsnorm(r, NormRows { label, x, vecs, y, width, norm, last_only: false, add, y16 });
+        NormRows { label, x, vecs, y, width, norm, last_only: false, add: false, y16: None }
     }
 
     /// The f16 input buffer of a prefill matmul of `w` where it runs on matrix units and its
@@ -357,7 +356,8 @@ impl<'a> Model<'a> {
     /// Gemma's post-norm of a projection's output, added to the residual.
     fn post_norm(&self, r: &mut Recorder, lw: &LayerWeights, at: Option<usize>) {
         if let Some(at) = at {
-            self.norm_rows(r, "norm", (&self.bf.tmp, &lw.vecs, at, &self.bf.x), self.cfg.hidden, true);
+            let rows = self.norm_rows("norm", (&self.bf.tmp, &lw.vecs, at, &self.bf.x), self.cfg.hidden);
+            elementwise::rmsnorm(r, NormRows { add: true, ..rows });
         }
     }
 
@@ -459,7 +459,10 @@ impl<'a> Model<'a> {
         let (out, epilogue) = self.residual();
         let accumulate = epilogue == Epilogue::Add;
         let qkv16 = self.a16_for(r, &lw.wqkv);
-        self.norm_rows16(r, "norm", (&bf.x, &lw.vecs, off.attn_norm, &bf.xn), cfg.hidden, false, qkv16);
+        elementwise::rmsnorm(
+            r,
+            NormRows { y16: qkv16, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.attn_norm, &bf.xn), cfg.hidden) },
+        );
         let a16_ready = qkv16.is_some();
         if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
             matmul::matmul(r, MatMul { a16_ready, ..self.mm("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
@@ -475,7 +478,7 @@ impl<'a> Model<'a> {
             // BitNet's sub-norm of the attention output before the projection.
             let o_in = match off.attn_sub_norm {
                 Some(at) => {
-                    self.norm_rows(r, "sub norm", (&bf.attn, &lw.vecs, at, &bf.gu), cfg.q_dim(), false);
+                    elementwise::rmsnorm(r, self.norm_rows("sub norm", (&bf.attn, &lw.vecs, at, &bf.gu), cfg.q_dim()));
                     &bf.gu
                 }
                 None => &bf.attn,
@@ -485,7 +488,10 @@ impl<'a> Model<'a> {
         }
         self.post_norm(r, lw, off.post_attn_norm);
         let gu16 = self.a16_for(r, &lw.w_gate_up);
-        self.norm_rows16(r, "norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden, false, gu16);
+        elementwise::rmsnorm(
+            r,
+            NormRows { y16: gu16, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden) },
+        );
         let (bias, a16_ready) = (off.gate_up_bias, gu16.is_some());
         matmul::matmul(r, MatMul { bias, a16_ready, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) });
         // The GLU writes the down projection's f16 input unless a sub-norm comes between.
@@ -493,13 +499,16 @@ impl<'a> Model<'a> {
         elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h, down16);
         let down_in = match off.ffn_sub_norm {
             Some(at) => {
-                self.norm_rows(r, "sub norm", (&bf.h, &lw.vecs, at, &bf.gu), cfg.ffn, false);
+                elementwise::rmsnorm(r, self.norm_rows("sub norm", (&bf.h, &lw.vecs, at, &bf.gu), cfg.ffn));
                 &bf.gu
             }
             None => &bf.h,
         };
         let (bias, a16_ready) = (off.down_bias, down16.is_some());
-        matmul::matmul(r, MatMul { bias, accumulate, a16_ready, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) });
+        matmul::matmul(
+            r,
+            MatMul { bias, accumulate, a16_ready, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) },
+        );
         self.post_norm(r, lw, off.post_ffn_norm);
     }
 
@@ -567,7 +576,7 @@ pub fn build(
     // head over the last token.
     if batched {
         r.filter.head = Some(true);
-        m.norm_rows(&mut r, "norm", (&bf.x, &w.out_vecs, 0, &bf.xn), cfg.hidden, false);
+        elementwise::rmsnorm(&mut r, m.norm_rows("norm", (&bf.x, &w.out_vecs, 0, &bf.xn), cfg.hidden));
     }
     r.filter.head = Some(false);
     let parts = if batched {

@@ -139,7 +139,13 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
             r.push(m.label, kernel, &[&consts[..], &split].concat(), &bufs, grid);
             if splits > 1 {
                 let consts = [&consts[4..], &split].concat();
-                r.push("matmul sum", Kernel::MatMulSum, &consts, &[(3, m.c), (4, m.vecs), (6, m.part)], Grid::Elems(n / 4));
+                r.push(
+                    "matmul sum",
+                    Kernel::MatMulSum,
+                    &consts,
+                    &[(3, m.c), (4, m.vecs), (6, m.part)],
+                    Grid::Elems(n / 4),
+                );
             }
         }
         _ => r.push(m.label, kernel, &consts, &bufs[..5], grid),
