@@ -43,19 +43,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
     }
     let inv = 1.0 / sqrt(partial[0] / f32(H) + EPS);
+    if (F16_OUT) {
+        // Pairs: each word of y16 holds two values of the row.
+        for (var p = lid; p < H / 2u; p += 256u) {
+            let i = row * H + 2u * p;
+            let w = vec2<f32>(vecs[NW_OFF + 2u * p], vecs[NW_OFF + 2u * p + 1u]) + NW_OFFSET;
+            let v = vec2<f32>(x[i], x[i + 1u]) * inv * w;
+            y[i] = v.x;
+            y[i + 1u] = v.y;
+            y16[i / 2u] = pack_h2(v);
+        }
+        return;
+    }
     for (var i = lid; i < H; i += 256u) {
         let v = x[row * H + i] * inv * (vecs[NW_OFF + i] + NW_OFFSET);
         if (ADD) {
             y[out_row * H + i] += v;
         } else {
             y[out_row * H + i] = v;
-        }
-    }
-    if (F16_OUT) {
-        for (var p = lid; p < H / 2u; p += 256u) {
-            let i = row * H + 2u * p;
-            let w = vec2<f32>(vecs[NW_OFF + 2u * p], vecs[NW_OFF + 2u * p + 1u]) + NW_OFFSET;
-            y16[i / 2u] = pack_h2(vec2<f32>(x[i], x[i + 1u]) * inv * w);
         }
     }
 }
