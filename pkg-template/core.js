@@ -217,25 +217,43 @@ async function mlcTexts(folder, chatConfig) {
 // wgpu's WebGPU backend neither reports nor requests the `subgroups` feature. While `fn` loads an
 // engine, adapters from navigator.gpu whose subgroups are exactly 32 wide (what the decode
 // kernels' reductions assume, crate/src/gpu/mod.rs) ask for it with every device request, and
-// `__ferrolmSubgroups32` tells the module so. Loads nest: the original is restored after the last.
+// `__ferrolmSubgroups32` tells the module so. Where such an adapter also offers Chromium's 8-bit
+// subgroup matrices (i8 x i8 -> i32, 16x16x32: `adapter.info.subgroupMatrixConfigs`), the
+// request adds `chromium-experimental-subgroup-matrix` and `__ferrolmSubgroupMatrixI8` says so:
+// prefill matmuls of quantized weights then run on them (shaders/matmul_i8.wgsl). Setting
+// `globalThis.FERROLM_NO_SUBGROUP_MATRIX = true` in the scope that loads the engine (the page, or
+// the worker) keeps the portable matmul (for comparisons). Loads nest: the original is restored
+// after the last.
+const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
 let sgLoads = 0;
 let sgOriginal = null;
+
+function hasI8Matrix(a) {
+  if (!a.features.has(SUBGROUP_MATRIX) || globalThis.FERROLM_NO_SUBGROUP_MATRIX) return false;
+  const configs = [...(a.info?.subgroupMatrixConfigs ?? [])];
+  return configs.some((c) => c.componentType === 'i8' && c.resultComponentType === 'i32' && c.M === 16 && c.N === 16 && c.K === 32);
+}
+
 async function withSubgroups(fn) {
   const gpu = globalThis.navigator?.gpu;
   if (!gpu || typeof GPUAdapter === 'undefined') return fn();
   if (sgLoads++ === 0) {
     sgOriginal = gpu.requestAdapter;
     globalThis.__ferrolmSubgroups32 = false;
+    globalThis.__ferrolmSubgroupMatrixI8 = false;
     gpu.requestAdapter = async function (opts) {
       const a = await sgOriginal.call(this, opts);
       const info = a?.info;
       if (a && a.features.has('subgroups') && info?.subgroupMinSize === 32 && info?.subgroupMaxSize === 32) {
+        const extra = ['subgroups'];
+        if (hasI8Matrix(a)) extra.push(SUBGROUP_MATRIX);
         const request = a.requestDevice;
         a.requestDevice = function (desc = {}) {
-          return request.call(this, { ...desc, requiredFeatures: [...(desc.requiredFeatures ?? []), 'subgroups'] });
+          return request.call(this, { ...desc, requiredFeatures: [...(desc.requiredFeatures ?? []), ...extra] });
         };
         // The module decides on its kernels before it asks for the device.
         globalThis.__ferrolmSubgroups32 = true;
+        globalThis.__ferrolmSubgroupMatrixI8 = extra.includes(SUBGROUP_MATRIX);
       }
       return a;
     };

@@ -289,8 +289,14 @@ export interface EngineInfo {
     backend: string; device_type: string; driver: string; name: string;
     max_buffer_size: number; max_storage_buffer_binding_size: number; max_workgroup_storage_size: number;
     shader_f16: boolean; subgroups: boolean; integer_dot: boolean; fused_attention: boolean;
-    /** Prefill matmuls on cooperative matrices (native only so far; false in browsers). */
+    /** Prefill matmuls on f16 cooperative matrices (native only; false in browsers). */
     matrix_units: boolean;
+    /**
+     * Prefill matmuls of quantized weights with 8-bit activations on 8-bit subgroup matrices
+     * (browsers offering `chromium-experimental-subgroup-matrix` with i8 16x16x32, e.g.
+     * Chromium on NVIDIA).
+     */
+    i8_prefill: boolean;
     timestamps: boolean; timestamps_in_passes: boolean;
   };
   config: Record<string, unknown>;
@@ -408,7 +414,7 @@ export interface BenchmarkReport {
 export interface DiagnoseReport {
   adapter: { name: string; backend: string; deviceType: string; driver: string };
   limits: Record<string, number>;
-  variants: { subgroups: boolean; integerDot: boolean; fusedAttention: boolean; matrixUnits: boolean; shaderF16: boolean; timestamps: boolean };
+  variants: { subgroups: boolean; integerDot: boolean; fusedAttention: boolean; matrixUnits: boolean; i8Prefill: boolean; shaderF16: boolean; timestamps: boolean };
   checks: Array<{ name: 'prefill' | 'decode' | 'model'; passed: boolean; maxError: number; tolerance: number; detail: string }>;
   passed: boolean;
   model: { source: string; arch: string };

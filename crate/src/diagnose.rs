@@ -271,7 +271,8 @@ pub async fn kernel_checks(gpu: &Gpu) -> Result<Vec<Check>> {
     let want = reference(&embed, &layers, &out_norm, &tokens);
 
     let s = rt.gpu.summary.clone();
-    // Integer activations and f16 matrix units round more than f32 does.
+    // Integer activations (decode; prefill with i8_prefill, which needs them) and f16 matrix
+    // units round more than f32 does.
     let loose = s.integer_dot || s.matrix_units;
     let tol = if loose { 5e-3 } else { 2e-3 };
     let mut checks = Vec::new();
@@ -285,7 +286,13 @@ pub async fn kernel_checks(gpu: &Gpu) -> Result<Vec<Check>> {
         tolerance: tol,
         detail: format!(
             "{PROMPT} tokens in one step: matmul{}, rmsnorm, rope_kv, attention, ffn_act, lm head",
-            if s.matrix_units { " on matrix units" } else { "" }
+            if s.matrix_units {
+                " on matrix units"
+            } else if s.i8_prefill {
+                " with 8-bit activations"
+            } else {
+                ""
+            }
         ),
     });
     rt.pos = 0;
@@ -359,6 +366,7 @@ pub fn report(gpu: &Gpu, checks: &[Check]) -> Value {
             "integerDot": s.integer_dot,
             "fusedAttention": s.fused_attention,
             "matrixUnits": s.matrix_units,
+            "i8Prefill": s.i8_prefill,
             "shaderF16": s.shader_f16,
             "timestamps": s.timestamps,
         },

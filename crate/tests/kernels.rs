@@ -183,6 +183,8 @@ fn check_linear(
     let f16_inputs = matches!(tile, Some(Tile::Coop | Tile::Wide));
     let part = poisoned(g, matmul::part_elems(&[(n, k)], m).max(4));
     let a16 = buf_u32(g, &vec![0x7e00_7e00; matmul::a16_elems(k, m) / 2]);
+    let (a8_len, a8s_len) = matmul::a8_sizes(k, m);
+    let (a8, a8s) = (buf_u32(g, &vec![0x7f7f_7f7f; a8_len.div_ceil(4)]), poisoned(g, a8s_len));
     let bias_at = with_bias.then_some(3);
     run(g, caps(g, idot), [m as u32, 0, 0], |rec| match tile {
         None => {
@@ -204,6 +206,8 @@ fn check_linear(
                     a16: &a16,
                     a16_ready: false,
                     part: &part,
+                    a8: &a8,
+                    a8s: &a8s,
                     tile,
                 },
             );
@@ -221,11 +225,17 @@ fn check_linear(
     };
     let (x, dense) = (round(&x), round(&dense));
     let mut want = cpu_linear(&x, &dense, m, n, k, with_bias.then_some(&bias[..]), accumulate.then_some(&init[..]));
-    if idot {
-        let dots = cpu_linear_idot(&x, &dense, &block_offsets(l, &meta), n, k);
-        want = (0..n)
-            .map(|j| dots[j] + if with_bias { bias[j] } else { 0.0 } + if accumulate { init[j] } else { 0.0 })
-            .collect();
+    // Integer activations, in the decode matvec (idot) and the 8-bit matmul alike: the quant
+    // terms against x in two bytes a value, the offsets against x's exact block sums.
+    if idot || tile == Some(Tile::I8) {
+        let offsets = block_offsets(l, &meta);
+        for i in 0..m {
+            let dots = cpu_linear_idot(&x[i * k..(i + 1) * k], &dense, &offsets, n, k);
+            for j in 0..n {
+                let o = i * n + j;
+                want[o] = dots[j] + if with_bias { bias[j] } else { 0.0 } + if accumulate { init[o] } else { 0.0 };
+            }
+        }
     }
     // Matrix units add the f16 products in f32 with their own rounding (a few parts in 10^4 of
     // the sum on the H100's tensor cores).
@@ -239,7 +249,7 @@ fn check_linear(
     );
 }
 
-/// What the integer-activation staging (rowdot.wgsl `stage_q`) turns x into: per 32-block, with
+/// What the integer-activation staging (rowdot.wgsl `stage_q`, quant_rows.wgsl) turns x into: per 32-block, with
 /// d = max|x| / 127, d * (c + f / 254) for the coarse and fine bytes c and f.
 fn idot_round(x: &[f32]) -> Vec<f32> {
     x.chunks(32)
@@ -394,6 +404,15 @@ fn matmul_all_layouts() {
         }
         check_linear(&g, &mut r, Some(Tile::Wide), L::Q4, 1, 200, 8192, false, false, false);
     }
+    // The 8-bit kernel (matmul_i8.wgsl): on subgroup matrices in browsers that offer them, with
+    // packed dot products here, which check all but the three matrix operations. Partial tiles
+    // both ways, one token, bias and residual, every layout it takes (Q4 / Q8 in blocks of 32,
+    // scales in f32 or f16).
+    for l in [L::Q4, L::Q4h, L::Q8(32), L::Q8h(32)] {
+        check_linear(&g, &mut r, Some(Tile::I8), l, 70, 100, 192, true, true, false);
+        check_linear(&g, &mut r, Some(Tile::I8), l, 1, 64, 64, false, false, false);
+    }
+    check_linear(&g, &mut r, Some(Tile::I8), L::Q4, 129, 130, 576, true, false, false);
     for l in ALL {
         check_linear(&g, &mut r, Some(Tile::F32), l, 70, 130, 96, false, false, false);
         check_linear(&g, &mut r, Some(Tile::F32), l, 5, 64, 160, true, true, false);

@@ -26,6 +26,9 @@ pub struct AdapterSummary {
     pub fused_attention: bool,
     /// Prefill matmuls run on cooperative matrices (matmul_coop.wgsl).
     pub matrix_units: bool,
+    /// Prefill matmuls of quantized weights take 8-bit activations (matmul_i8.wgsl): on 8-bit
+    /// subgroup matrices in browsers that offer them.
+    pub i8_prefill: bool,
     pub timestamps: bool,
     pub timestamps_in_passes: bool,
 }
@@ -68,7 +71,13 @@ fn report_lost(_id: u32, _message: &str) {}
 /// (core.js sets `__ferrolmSubgroups32` when the adapter qualifies).
 #[cfg(target_arch = "wasm32")]
 fn web_subgroups32() -> bool {
-    js_sys::Reflect::get(&js_sys::global(), &"__ferrolmSubgroups32".into()).map(|v| v.is_truthy()).unwrap_or(false)
+    web_flag("__ferrolmSubgroups32")
+}
+
+/// A flag the package sets on the global object before it loads an engine (core.js).
+#[cfg(target_arch = "wasm32")]
+fn web_flag(name: &str) -> bool {
+    js_sys::Reflect::get(&js_sys::global(), &name.into()).map(|v| v.is_truthy()).unwrap_or(false)
 }
 
 /// The least we need; checked up front so a weak adapter fails with a clear message.
@@ -165,6 +174,17 @@ impl Gpu {
                     && p.cr_type == wgpu::CooperativeScalarType::F32
             })
             && std::env::var("FERROLM_NO_COOP").is_err();
+        // Prefill matmuls of quantized weights with 8-bit activations (matmul_i8.wgsl): in
+        // browsers on Chromium's `chromium-experimental-subgroup-matrix` with i8 x i8 -> i32
+        // 16x16x32, which it offers without f16 (NVIDIA on Vulkan). wgpu's WebGPU backend knows no
+        // such feature: the package asks for it with `subgroups` (core.js `withSubgroups`) and
+        // sets the global. The activations go to 8 bits with pack4xI8, hence the integer dot
+        // products too. Natively only with FERROLM_I8_PREFILL=1, on packed dot products (slower
+        // than the f32 kernel; for checking the browser path's accuracy on any adapter).
+        #[cfg(target_arch = "wasm32")]
+        let i8_prefill = sg32 && idot && web_flag("__ferrolmSubgroupMatrixI8");
+        #[cfg(not(target_arch = "wasm32"))]
+        let i8_prefill = idot && std::env::var("FERROLM_I8_PREFILL").is_ok();
         // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
         let mut wanted = features
             & (wgpu::Features::TIMESTAMP_QUERY
@@ -227,10 +247,11 @@ impl Gpu {
             integer_dot: idot,
             fused_attention,
             matrix_units,
+            i8_prefill,
             timestamps: wanted.contains(wgpu::Features::TIMESTAMP_QUERY),
             timestamps_in_passes: wanted.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         };
-        let pipelines = Pipelines::new(sg32, idot, fused_attention, matrix_units);
+        let pipelines = Pipelines::new(sg32, idot, fused_attention, matrix_units, i8_prefill);
         Ok(Gpu { device, queue, summary, limits, pipelines, error, lost, id })
     }
 
@@ -259,7 +280,7 @@ impl Gpu {
             queue: self.queue.clone(),
             summary: self.summary.clone(),
             limits: self.limits.clone(),
-            pipelines: Pipelines::new(p.subgroups, p.idot, p.fused_attention, p.matrix_units),
+            pipelines: Pipelines::new(p.subgroups, p.idot, p.fused_attention, p.matrix_units, p.i8_prefill),
             error: self.error.clone(),
             lost: self.lost.clone(),
             id: self.id,

@@ -17,6 +17,8 @@ const MATMUL_TILE: &str = include_str!("../../../shaders/matmul_tile.wgsl");
 const MATMUL_F16: &str = include_str!("../../../shaders/matmul_f16.wgsl");
 const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
 const PACK_H2: &str = include_str!("../../../shaders/pack_h2.wgsl");
+const I8_SMX: &str = include_str!("../../../shaders/i8_smx.wgsl");
+const I8_DOT: &str = include_str!("../../../shaders/i8_dot.wgsl");
 /// `enable` directives of the matrix-unit kernels and of to_f16.wgsl; they must open the
 /// assembled source.
 const COOP_ENABLES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
@@ -35,6 +37,10 @@ pub enum Kernel {
     MatMulWide,
     /// Sums the partial products of a split-K `MatMulWide` (matmul_sum.wgsl).
     MatMulSum,
+    /// The prefill matmul of quantized weights on 8-bit integers (browsers with 8-bit subgroup
+    /// matrices; packed dot products in the kernel tests), from A as `QuantRows` leaves it.
+    MatMulI8,
+    QuantRows,
     ToF16,
     Embed,
     RmsNorm,
@@ -59,13 +65,15 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 23] = [
+    pub const ALL: [Kernel; 25] = [
         Kernel::MatVec,
         Kernel::QkvRope,
         Kernel::MatMul,
         Kernel::MatMulCoop,
         Kernel::MatMulWide,
         Kernel::MatMulSum,
+        Kernel::MatMulI8,
+        Kernel::QuantRows,
         Kernel::ToF16,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -114,6 +122,8 @@ impl Kernel {
             Kernel::MatMulCoop => (include_str!("../../../shaders/matmul_coop.wgsl"), true, false),
             Kernel::MatMulWide => (include_str!("../../../shaders/matmul_coop_wide.wgsl"), true, false),
             Kernel::MatMulSum => (include_str!("../../../shaders/matmul_sum.wgsl"), false, false),
+            Kernel::MatMulI8 => (include_str!("../../../shaders/matmul_i8.wgsl"), false, false),
+            Kernel::QuantRows => (include_str!("../../../shaders/quant_rows.wgsl"), false, false),
             Kernel::ToF16 => (include_str!("../../../shaders/to_f16.wgsl"), false, false),
             Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true, false),
             Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false, false),
@@ -147,6 +157,10 @@ impl Kernel {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform), Some(ReadWrite)]
             }
             Kernel::MatMulSum => &[None, None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
+            Kernel::MatMulI8 => {
+                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)]
+            }
+            Kernel::QuantRows => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::QkvRope => &[
                 Some(Read),
                 Some(Read),
@@ -207,18 +221,22 @@ pub struct Pipelines {
     pub fused_attention: bool,
     /// The prefill matmul runs on cooperative matrices (matmul_coop.wgsl, not matmul.wgsl).
     pub matrix_units: bool,
+    /// Prefill matmuls of quantized weights take 8-bit activations (matmul_i8.wgsl): on subgroup
+    /// matrices in browsers (i8_smx.wgsl), with packed dot products natively (i8_dot.wgsl).
+    pub i8_prefill: bool,
     layouts: RefCell<HashMap<Kernel, (Rc<wgpu::BindGroupLayout>, wgpu::PipelineLayout)>>,
     modules: RefCell<HashMap<Kernel, wgpu::ShaderModule>>,
     cache: RefCell<HashMap<String, Rc<Pipeline>>>,
 }
 
 impl Pipelines {
-    pub fn new(subgroups: bool, idot: bool, fused_attention: bool, matrix_units: bool) -> Self {
+    pub fn new(subgroups: bool, idot: bool, fused_attention: bool, matrix_units: bool, i8_prefill: bool) -> Self {
         Pipelines {
             subgroups,
             idot,
             fused_attention,
             matrix_units,
+            i8_prefill,
             layouts: Default::default(),
             modules: Default::default(),
             cache: Default::default(),
@@ -276,6 +294,11 @@ impl Pipelines {
         } else if f16 {
             code.push_str(F16_ENABLE);
         }
+        // The block products of the 8-bit matmul; the matrix version opens with its `enable`s.
+        if k == Kernel::MatMulI8 {
+            let smx = self.i8_prefill && cfg!(target_arch = "wasm32");
+            code.push_str(if smx { I8_SMX } else { I8_DOT });
+        }
         if src.reduce {
             // Browsers want the directive; naga natively rejects it (reduce_sg.wgsl).
             if self.subgroups && cfg!(target_arch = "wasm32") {
@@ -283,7 +306,7 @@ impl Pipelines {
             }
             code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
         }
-        if src.weights || src.reduce {
+        if src.weights || src.reduce || k == Kernel::MatMulI8 {
             code.push_str(LAYOUT);
         }
         if src.weights {
@@ -296,7 +319,8 @@ impl Pipelines {
             code.push_str(ATTN_MERGE);
         }
         code.push_str(STEP);
-        if matches!(k, Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide | Kernel::MatMulSum) {
+        if matches!(k, Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide | Kernel::MatMulSum | Kernel::MatMulI8)
+        {
             code.push_str(MATMUL_OUT);
         }
         if matches!(k, Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide) {

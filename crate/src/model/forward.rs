@@ -37,6 +37,13 @@ pub fn a16_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
     matmul::a16_elems(cfg.hidden.max(cfg.mix_width()).max(cfg.ffn), max_tokens)
 }
 
+/// Bytes of `Buffers::a8` and `Buffers::a8s` (the 8-bit matmul's input) for the same inputs.
+pub fn a8_bytes(cfg: &ModelConfig, max_tokens: usize) -> (u64, u64) {
+    // a8_sizes counts the pairs in f32s.
+    let (q, s) = matmul::a8_sizes(cfg.hidden.max(cfg.mix_width()).max(cfg.ffn), max_tokens);
+    (q as u64, s as u64 * 4)
+}
+
 /// Decode steps merge the split attention (64 positions a split) inside the output projection
 /// (rowdot.wgsl MERGE) while every workgroup of it reads at most this many partial values
 /// (hidden size x splits), and in attn_combine's own dispatch beyond (adapters whose splits do
@@ -94,6 +101,10 @@ pub struct Buffers {
     pub a16: wgpu::Buffer,
     /// Split-K partial products of the wide matrix-unit matmuls (matrix units only).
     pub mm_part: wgpu::Buffer,
+    /// The prefill matmul's input in 8 bits and its blocks' pairs (quant_rows.wgsl), where
+    /// quantized matmuls run on 8-bit subgroup matrices (16-byte placeholders elsewhere).
+    pub a8: wgpu::Buffer,
+    pub a8s: wgpu::Buffer,
     /// Cache slots per layer: the context, or on sliding-window layers just the window plus one
     /// prefill chunk (a chunk writes all its keys before any of its queries read).
     pub kv_cap: Vec<usize>,
@@ -182,6 +193,8 @@ impl Buffers {
                 "matmul parts",
                 if gpu.pipelines.matrix_units { part_elems(cfg, max_tokens).max(4) as u64 * 4 } else { 16 },
             )?,
+            a8: buf("a8", if gpu.pipelines.i8_prefill { a8_bytes(cfg, max_tokens).0.max(16) } else { 16 })?,
+            a8s: buf("a8 scales", if gpu.pipelines.i8_prefill { a8_bytes(cfg, max_tokens).1.max(16) } else { 16 })?,
             tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 4)) as u64 * f)?,
             done: buf("attn splits done", cfg.n_heads as u64 * 4)?,
@@ -295,6 +308,8 @@ impl<'a> Model<'a> {
             a16: &self.bf.a16,
             a16_ready: false,
             part: &self.bf.mm_part,
+            a8: &self.bf.a8,
+            a8s: &self.bf.a8s,
             tile: None,
         }
     }

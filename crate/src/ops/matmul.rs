@@ -1,11 +1,14 @@
 //! Prefill matrix products, c (+)= a · Wᵀ (+ bias), over output tiles of weight rows × tokens:
 //! in f32 on any adapter (matmul.wgsl), or on matrix units (matmul_coop.wgsl, 64×64 tiles;
 //! matmul_coop_wide.wgsl, 128×128, split in ranges of K where rows are long and tiles few) from
-//! a in f16, as its producer (rmsnorm, ffn_act: `a16_ready`) or to_f16.wgsl leaves it.
+//! a in f16, as its producer (rmsnorm, ffn_act: `a16_ready`) or to_f16.wgsl leaves it; or, in
+//! browsers with 8-bit subgroup matrices, quantized weights times a in 8 bits (matmul_i8.wgsl,
+//! after quant_rows.wgsl).
 
 use super::{flag, Grid, Recorder};
 use crate::gpu::Kernel;
 use crate::model::weights::GpuMatrix;
+use crate::weights::pack::Layout;
 
 /// The prefill matmul's output tile (matmul.wgsl, matmul_coop.wgsl BN x BM): weight rows x tokens.
 pub const MATMUL_TILE_N: u32 = 64;
@@ -64,6 +67,16 @@ pub fn a16_elems(width: usize, max_tokens: usize) -> usize {
     max_tokens.next_multiple_of(WIDE_TILE as usize) * width
 }
 
+/// Bytes of the 8-bit input buffer (`MatMul::a8`: two planes of bytes) and f32s of its
+/// per-block pairs (`MatMul::a8s`) for inputs of up to `width` values a token.
+pub fn a8_sizes(width: usize, max_tokens: usize) -> (usize, usize) {
+    (2 * max_tokens * width, max_tokens * width.div_ceil(32) * 2)
+}
+
+/// Workgroup memory of matmul_i8.wgsl: the staged A (two planes) and W, their blocks' pairs and
+/// the products of one block.
+pub const I8_WORKGROUP_STORAGE: usize = 32 * 1024;
+
 /// Which kernel a prefill matmul takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tile {
@@ -73,6 +86,9 @@ pub enum Tile {
     Coop,
     /// matmul_coop_wide.wgsl, 128x128 on matrix units.
     Wide,
+    /// matmul_i8.wgsl, 64x64 on 8-bit integers (subgroup matrices where `Caps::i8_prefill`,
+    /// packed dot products in the kernel tests).
+    I8,
 }
 
 pub struct MatMul<'a> {
@@ -91,13 +107,28 @@ pub struct MatMul<'a> {
     pub a16_ready: bool,
     /// Split-K partial products (`part_elems` long).
     pub part: &'a wgpu::Buffer,
+    /// `a` in 8 bits and its blocks' (scale, scaled sum) for the 8-bit kernel (`a8_sizes`).
+    pub a8: &'a wgpu::Buffer,
+    pub a8s: &'a wgpu::Buffer,
     /// The kernel to take (tests); `None`: as the adapter and the matrix's shape suggest.
     pub tile: Option<Tile>,
 }
 
+/// Whether the 8-bit kernel can take `w`: Q4 or Q8 blocks of whole 32-element steps, and rows
+/// of whole 64-element K steps.
+pub fn i8_fits(w: &GpuMatrix) -> bool {
+    let block = match w.layout {
+        Layout::Q4 { block } | Layout::Q8 { block } => block,
+        _ => return false,
+    };
+    block.is_multiple_of(32) && w.cols.is_multiple_of(64)
+}
+
 /// The kernel for `w`: matrix units where offered and rows are whole 32-element blocks.
 pub fn tile_for(r: &Recorder, w: &GpuMatrix) -> Tile {
-    if !r.caps.matrix_units || !w.cols.is_multiple_of(32) {
+    if r.caps.i8_prefill && i8_fits(w) && r.caps.workgroup_storage >= I8_WORKGROUP_STORAGE {
+        Tile::I8
+    } else if !r.caps.matrix_units || !w.cols.is_multiple_of(32) {
         Tile::F32
     } else if w.rows >= WIDE_MIN_ROWS || k_splits(w.rows as u32, w.cols as u32) > 1 {
         Tile::Wide
@@ -127,7 +158,17 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
         Tile::F32 => (Kernel::MatMul, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a),
         Tile::Coop => (Kernel::MatMulCoop, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a16),
         Tile::Wide => (Kernel::MatMulWide, Grid::SplitTiles { n, splits }, m.a16),
+        Tile::I8 => (Kernel::MatMulI8, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a8),
     };
+    if tile == Tile::I8 {
+        r.workgroup_bytes(I8_WORKGROUP_STORAGE);
+        let k = w.cols as u32;
+        let bufs = [(0, m.a), (1, m.a8), (2, m.a8s)];
+        r.push("to 8 bits", Kernel::QuantRows, &[("K", k as f64)], &bufs, Grid::Elems(k / 32));
+        let bufs = [(0, &w.words), (1, &w.meta), (2, m.a8), (3, m.c), (4, m.vecs), (6, m.a8s)];
+        r.push(m.label, kernel, &consts, &bufs, grid);
+        return;
+    }
     if tile != Tile::F32 && !m.a16_ready {
         let grid = Grid::Elems(w.cols.div_ceil(4) as u32);
         r.push("to f16", Kernel::ToF16, &[("N", w.cols as f64)], &[(0, m.a), (1, m.a16)], grid);

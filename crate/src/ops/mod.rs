@@ -25,6 +25,7 @@ pub struct Caps {
     pub idot: bool,
     pub fused_attention: bool,
     pub matrix_units: bool,
+    pub i8_prefill: bool,
     pub workgroup_storage: usize,
     pub invocations: usize,
 }
@@ -37,6 +38,7 @@ impl Caps {
             idot: p.idot,
             fused_attention: p.fused_attention,
             matrix_units: p.matrix_units,
+            i8_prefill: p.i8_prefill,
             workgroup_storage: gpu.limits.max_compute_workgroup_storage_size as usize,
             invocations: gpu.limits.max_compute_invocations_per_workgroup as usize,
         }
