@@ -219,8 +219,9 @@ async function mlcTexts(folder, chatConfig) {
 // kernels' reductions assume, crate/src/gpu/mod.rs) ask for it with every device request, and
 // `__ferrolmSubgroups32` tells the module so. Where such an adapter also offers Chromium's 8-bit
 // subgroup matrices (i8 x i8 -> i32, 16x16x32: `adapter.info.subgroupMatrixConfigs`), the
-// request adds `chromium-experimental-subgroup-matrix` and `__ferrolmSubgroupMatrixI8` says so:
-// prefill matmuls of quantized weights then run on them (shaders/matmul_i8.wgsl). Setting
+// request adds `chromium-experimental-subgroup-matrix` and `__ferrolmSubgroupMatrixI8` says so,
+// once a probe in the kernel's dialect has compiled: prefill matmuls of quantized weights then
+// run on them (shaders/matmul_i8.wgsl). Setting
 // `globalThis.FERROLM_NO_SUBGROUP_MATRIX = true` in the scope that loads the engine (the page, or
 // the worker) keeps the portable matmul (for comparisons). Loads nest: the original is restored
 // after the last.
@@ -228,10 +229,57 @@ const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
 let sgLoads = 0;
 let sgOriginal = null;
 
-function hasI8Matrix(a) {
+function offersI8Matrix(a) {
   if (!a.features.has(SUBGROUP_MATRIX) || globalThis.FERROLM_NO_SUBGROUP_MATRIX) return false;
   const configs = [...(a.info?.subgroupMatrixConfigs ?? [])];
   return configs.some((c) => c.componentType === 'i8' && c.resultComponentType === 'i32' && c.M === 16 && c.N === 16 && c.K === 32);
+}
+
+// The constructs shaders/i8_smx.wgsl uses, in the same dialect: the feature is experimental, so
+// a browser that offers it but spells it otherwise keeps the portable matmul instead of failing
+// to load.
+const I8_MATRIX_PROBE = `enable subgroups;
+enable chromium_experimental_subgroup_matrix;
+diagnostic(off, chromium.subgroup_matrix_uniformity);
+var<workgroup> a: array<i32, 1024>;
+var<workgroup> o: array<i32, 1024>;
+@group(0) @binding(0) var<storage, read_write> out: array<i32>;
+@compute @workgroup_size(128)
+fn main(@builtin(local_invocation_index) li: u32) {
+  a[li] = i32(li);
+  workgroupBarrier();
+  let l = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&a, (li / 32u) * 8u, 8u);
+  let r = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&a, 0u, 8u);
+  let z = subgroup_matrix_result<i32, 16, 16>();
+  let m = subgroupMatrixMultiplyAccumulate(l, r, subgroupMatrixScalarMultiply(subgroupMatrixMultiplyAccumulate(l, r, z), 254));
+  subgroupMatrixStore<row_major>(&o, (li / 32u) * 256u, m, 16u);
+  workgroupBarrier();
+  out[li] = o[li];
+}`;
+
+// Whether a device of this kind compiles the probe (on an adapter of its own: an adapter gives
+// one device). Asked once a page or worker.
+let i8MatrixChecked = null;
+function i8MatrixCompiles(gpu, opts) {
+  i8MatrixChecked ??= (async () => {
+    let dev = null;
+    try {
+      const a = await sgOriginal.call(gpu, opts);
+      if (!a) return false;
+      dev = await a.requestDevice({ requiredFeatures: ['subgroups', SUBGROUP_MATRIX] });
+      dev.pushErrorScope('validation');
+      const module = dev.createShaderModule({ code: I8_MATRIX_PROBE });
+      const info = await module.getCompilationInfo();
+      const compiled = !info.messages.some((m) => m.type === 'error');
+      if (compiled) await dev.createComputePipelineAsync({ layout: 'auto', compute: { module, entryPoint: 'main' } });
+      return compiled && !(await dev.popErrorScope());
+    } catch {
+      return false;
+    } finally {
+      dev?.destroy();
+    }
+  })();
+  return i8MatrixChecked;
 }
 
 async function withSubgroups(fn) {
@@ -246,7 +294,7 @@ async function withSubgroups(fn) {
       const info = a?.info;
       if (a && a.features.has('subgroups') && info?.subgroupMinSize === 32 && info?.subgroupMaxSize === 32) {
         const extra = ['subgroups'];
-        if (hasI8Matrix(a)) extra.push(SUBGROUP_MATRIX);
+        if (offersI8Matrix(a) && (await i8MatrixCompiles(this, opts))) extra.push(SUBGROUP_MATRIX);
         const request = a.requestDevice;
         a.requestDevice = function (desc = {}) {
           return request.call(this, { ...desc, requiredFeatures: [...(desc.requiredFeatures ?? []), ...extra] });
