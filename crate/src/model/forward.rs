@@ -328,7 +328,7 @@ impl<'a> Model<'a> {
     /// The f16 input buffer of a prefill matmul of `w` where it runs on matrix units and its
     /// input's producer can write it (rows of even width): the conversion pass is then skipped.
     fn a16_for(&self, r: &Recorder, w: &crate::model::weights::GpuMatrix) -> Option<&'a wgpu::Buffer> {
-        let on_units = matmul::tile_for(r, w) != matmul::Tile::F32;
+        let on_units = matches!(matmul::tile_for(r, w), matmul::Tile::Coop | matmul::Tile::Wide);
         (on_units && w.cols % 2 == 0).then_some(&self.bf.a16)
     }
 
