@@ -258,10 +258,11 @@ fn main(@builtin(local_invocation_index) li: u32) {
 }`;
 
 // Whether a device of this kind compiles the probe (on an adapter of its own: an adapter gives
-// one device). Asked once a page or worker.
-let i8MatrixChecked = null;
+// one device). Asked once a page or worker per adapter request (power preference).
+const i8MatrixChecked = new Map();
 function i8MatrixCompiles(gpu, opts) {
-  i8MatrixChecked ??= (async () => {
+  const key = JSON.stringify(opts ?? {});
+  if (!i8MatrixChecked.has(key)) i8MatrixChecked.set(key, (async () => {
     let dev = null;
     try {
       const a = await sgOriginal.call(gpu, opts);
@@ -278,8 +279,8 @@ function i8MatrixCompiles(gpu, opts) {
     } finally {
       dev?.destroy();
     }
-  })();
-  return i8MatrixChecked;
+  })());
+  return i8MatrixChecked.get(key);
 }
 
 async function withSubgroups(fn) {

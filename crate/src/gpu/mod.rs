@@ -184,7 +184,7 @@ impl Gpu {
         #[cfg(target_arch = "wasm32")]
         let i8_prefill = sg32 && idot && web_flag("__ferrolmSubgroupMatrixI8");
         #[cfg(not(target_arch = "wasm32"))]
-        let i8_prefill = idot && std::env::var("FERROLM_I8_PREFILL").is_ok();
+        let i8_prefill = idot && std::env::var("FERROLM_I8_PREFILL").is_ok_and(|v| v != "0");
         // Timestamps between dispatches (native only) let `bench --profile` time each kernel.
         let mut wanted = features
             & (wgpu::Features::TIMESTAMP_QUERY
