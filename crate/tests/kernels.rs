@@ -183,8 +183,9 @@ fn check_linear(
     let f16_inputs = matches!(tile, Some(Tile::Coop | Tile::Wide));
     let part = poisoned(g, matmul::part_elems(&[(n, k)], m).max(4));
     let a16 = buf_u32(g, &vec![0x7e00_7e00; matmul::a16_elems(k, m) / 2]);
-    let (a8_len, a8s_len) = matmul::a8_sizes(k, m);
-    let (a8, a8s) = (buf_u32(g, &vec![0x7f7f_7f7f; a8_len.div_ceil(4)]), poisoned(g, a8s_len));
+    let (a8_bytes, a8s_bytes) = matmul::a8_bytes(k, m);
+    let (a8, a8s) =
+        (buf_u32(g, &vec![0x7f7f_7f7f; a8_bytes.div_ceil(4) as usize]), poisoned(g, a8s_bytes as usize / 4));
     let bias_at = with_bias.then_some(3);
     run(g, caps(g, idot), [m as u32, 0, 0], |rec| match tile {
         None => {

@@ -102,12 +102,14 @@ enum Slot {
 }
 
 /// Shared WGSL a kernel is assembled with: the weight layout and block metadata (layout.wgsl) for
-/// every kernel that reads weights, then the word dequantizer (prefill and embedding), or for the
-/// decode matrix-vector kernels the row reduction and the four-row dot product (which reads the
-/// weights with 128-bit loads itself). Both halves of decode attention share the split merge. Every
-/// kernel gets the step uniform (step.wgsl).
+/// every kernel that reads weights (`layout`), then the word dequantizer (prefill and embedding),
+/// or for the decode matrix-vector kernels the row reduction and the four-row dot product (which
+/// reads the weights with 128-bit loads itself); the 8-bit matmul reads the blocks' words itself.
+/// Both halves of decode attention share the split merge. Every kernel gets the step uniform
+/// (step.wgsl).
 struct Source {
     body: &'static str,
+    layout: bool,
     weights: bool,
     reduce: bool,
     merge: bool,
@@ -143,7 +145,8 @@ impl Kernel {
             Kernel::AttnGate => (include_str!("../../../shaders/attn_gate.wgsl"), false, false),
         };
         let merge = matches!(self, Kernel::AttnDecode | Kernel::AttnCombine);
-        Source { body, weights, reduce, merge }
+        let layout = weights || reduce || self == Kernel::MatMulI8;
+        Source { body, layout, weights, reduce, merge }
     }
 
     /// Binding slots in order of binding number (gaps allowed: `None`).
@@ -306,7 +309,7 @@ impl Pipelines {
             }
             code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
         }
-        if src.weights || src.reduce || k == Kernel::MatMulI8 {
+        if src.layout {
             code.push_str(LAYOUT);
         }
         if src.weights {

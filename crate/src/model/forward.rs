@@ -31,17 +31,15 @@ pub fn part_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
     matmul::part_elems(&[(cfg.proj_rows(), h), (h, mix), (2 * ff, h), (ff, h), (h, ff)], max_tokens)
 }
 
-/// Elements of `Buffers::a16`: every prefill matmul input (the hidden state, the attention or
-/// token-mixer output, the FFN activation) of up to `max_tokens` tokens.
-pub fn a16_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
-    matmul::a16_elems(cfg.hidden.max(cfg.mix_width()).max(cfg.ffn), max_tokens)
+/// The widest prefill matmul input (the hidden state, the attention or token-mixer output, the
+/// FFN activation): what `Buffers::a16` and `Buffers::a8` hold a token of.
+fn matmul_input_width(cfg: &ModelConfig) -> usize {
+    cfg.hidden.max(cfg.mix_width()).max(cfg.ffn)
 }
 
-/// Bytes of `Buffers::a8` and `Buffers::a8s` (the 8-bit matmul's input) for the same inputs.
-pub fn a8_bytes(cfg: &ModelConfig, max_tokens: usize) -> (u64, u64) {
-    // a8_sizes counts the pairs in f32s.
-    let (q, s) = matmul::a8_sizes(cfg.hidden.max(cfg.mix_width()).max(cfg.ffn), max_tokens);
-    (q as u64, s as u64 * 4)
+/// Elements of `Buffers::a16`: every prefill matmul input of up to `max_tokens` tokens.
+pub fn a16_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
+    matmul::a16_elems(matmul_input_width(cfg), max_tokens)
 }
 
 /// Decode steps merge the split attention (64 positions a split) inside the output projection
@@ -115,6 +113,8 @@ impl Buffers {
     pub fn new(gpu: &Gpu, cfg: &ModelConfig, max_tokens: usize, context: usize) -> Result<Buffers> {
         let t = max_tokens as u64;
         let f = 4u64;
+        let (a8_bytes, a8s_bytes) =
+            if gpu.pipelines.i8_prefill { matmul::a8_bytes(matmul_input_width(cfg), max_tokens) } else { (16, 16) };
         let mut bytes = 0u64;
         let mut buf = |label: &str, n: u64| -> Result<wgpu::Buffer> {
             bytes += n;
@@ -193,8 +193,8 @@ impl Buffers {
                 "matmul parts",
                 if gpu.pipelines.matrix_units { part_elems(cfg, max_tokens).max(4) as u64 * 4 } else { 16 },
             )?,
-            a8: buf("a8", if gpu.pipelines.i8_prefill { a8_bytes(cfg, max_tokens).0.max(16) } else { 16 })?,
-            a8s: buf("a8 scales", if gpu.pipelines.i8_prefill { a8_bytes(cfg, max_tokens).1.max(16) } else { 16 })?,
+            a8: buf("a8", a8_bytes.max(16))?,
+            a8s: buf("a8 scales", a8s_bytes.max(16))?,
             tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 4)) as u64 * f)?,
             done: buf("attn splits done", cfg.n_heads as u64 * 4)?,

@@ -67,10 +67,10 @@ pub fn a16_elems(width: usize, max_tokens: usize) -> usize {
     max_tokens.next_multiple_of(WIDE_TILE as usize) * width
 }
 
-/// Bytes of the 8-bit input buffer (`MatMul::a8`: two planes of bytes) and f32s of its
-/// per-block pairs (`MatMul::a8s`) for inputs of up to `width` values a token.
-pub fn a8_sizes(width: usize, max_tokens: usize) -> (usize, usize) {
-    (2 * max_tokens * width, max_tokens * width.div_ceil(32) * 2)
+/// Bytes of the 8-bit input buffer (`MatMul::a8`: two planes of bytes) and of its per-block
+/// pairs of f32 (`MatMul::a8s`) for inputs of up to `width` values a token.
+pub fn a8_bytes(width: usize, max_tokens: usize) -> (u64, u64) {
+    ((2 * max_tokens * width) as u64, (max_tokens * width.div_ceil(32) * 8) as u64)
 }
 
 /// Workgroup memory of matmul_i8.wgsl: the staged A (two planes) and W, their blocks' pairs and
@@ -107,7 +107,7 @@ pub struct MatMul<'a> {
     pub a16_ready: bool,
     /// Split-K partial products (`part_elems` long).
     pub part: &'a wgpu::Buffer,
-    /// `a` in 8 bits and its blocks' (scale, scaled sum) for the 8-bit kernel (`a8_sizes`).
+    /// `a` in 8 bits and its blocks' (scale, scaled sum) for the 8-bit kernel (`a8_bytes`).
     pub a8: &'a wgpu::Buffer,
     pub a8s: &'a wgpu::Buffer,
     /// The kernel to take (tests); `None`: as the adapter and the matrix's shape suggest.
