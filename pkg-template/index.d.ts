@@ -405,6 +405,8 @@ export interface BenchmarkReport {
   gpu_memory_bytes: number;
   /** Median GPU time of one decode step (timestamp queries), where the adapter offers them. */
   gpu_ms_per_step: number | null;
+  /** Median CPU time the engine spends recording and submitting one decode step. */
+  cpu_ms_per_step: number;
   adapter: Record<string, unknown>;
   model: Record<string, unknown>;
   decode_profile: Array<[string, number, number]> | null;

@@ -6,6 +6,8 @@
 #
 #   carry: .gl .bench/<binary>.xz for each binary named [.bench/kernels.xz .bench/arch_parity.xz]
 #   run:   PAIRS="ferrolm-base:base ferrolm:base ferrolm:FERROLM_NO_COOP" scripts/device-variants.sh
+#          (a switch NAME=value is passed as written, e.g. FERROLM_SHADER_DIR=.bench/shaders-x to
+#          run kernel files of that directory in place of the built-in ones: a carried folder)
 #          (results in $OUT/var.jsonl; TESTS=1 runs the new build's tests first, SHAPES, ROUNDS,
 #          REPS, GEN, PLS="512 4096" prompt lengths; Phi-3's 4096 becomes 4,064)
 set -uo pipefail
@@ -33,7 +35,10 @@ for shape in ${SHAPES:-llama-3.2-1b phi-3-mini smollm2-135m}; do
   for round in $(seq "${ROUNDS:-2}"); do
     for p in $PAIRS; do
       bin=${p%%:*}; var=${p#*:}
-      env=(); [ "$var" != base ] && env=("$var=1")
+      env=()
+      if [ "$var" != base ]; then
+        case $var in *=*) env=("$var") ;; *) env=("$var=1") ;; esac
+      fi
       for pl in ${PLS:-512}; do
         [ "$shape" = phi-3-mini ] && [ "$pl" = 4096 ] && pl=4064
         line=$(env "${env[@]}" /tmp/b/$bin bench --model "$f" --prompt-len "$pl" --gen "${GEN:-8}" --reps "${REPS:-3}" --json 2>/dev/null | tail -n 1)

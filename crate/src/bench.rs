@@ -87,6 +87,10 @@ pub struct BenchReport {
     pub gpu_memory_bytes: u64,
     /// Median GPU time of one decode step at the benchmark depth (timestamp queries), if available.
     pub gpu_ms_per_step: Option<f64>,
+    /// Median CPU time the engine spends recording and submitting one decode step (the write of
+    /// the step's position, the encoder, the pass's dispatches, the submit): beside
+    /// `ms_per_token` and `gpu_ms_per_step` it tells whether a decode is bound by this thread.
+    pub cpu_ms_per_step: f64,
     pub adapter: serde_json::Value,
     pub model: serde_json::Value,
     /// Per-kernel GPU time (kernel, dispatches, ms) of one decode step and one prefill step
@@ -137,9 +141,10 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         first: u32,
         gen: usize,
         sampling: &Option<SamplingParams>,
-    ) -> Result<f64> {
+    ) -> Result<(f64, f64)> {
         rt.pos = start;
         let t0 = now_ms();
+        let mut encode = 0.0;
         if let Some(p) = sampling {
             rt.set_sampling(p, &[first])?;
         }
@@ -147,13 +152,15 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         let mut queue = crate::runtime::StepQueue::default();
         let mut feed = Some(first);
         for _ in 0..gen {
+            let t = now_ms();
             queue.push(rt, feed.take(), pick)?;
+            encode += now_ms() - t;
             if queue.len() >= crate::engine::PIPELINE_DEPTH {
                 queue.pop(rt).await?;
             }
         }
         while queue.pop(rt).await?.is_some() {}
-        Ok(now_ms() - t0)
+        Ok((now_ms() - t0, encode / gen as f64))
     }
 
     // Warm-up: compile caches, first-touch allocations, clocks. An idle H100 took a second or
@@ -173,7 +180,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
     }
     decode(rt, o.prompt_len, 1, 8.min(o.gen), &o.sampling).await?;
 
-    let (mut pre, mut dec, mut gpu) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pre, mut dec, mut gpu, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.reps {
         rt.pos = 0;
         let t0 = now_ms();
@@ -183,7 +190,9 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
             rt.pos = 0;
             rt.forward(&fill).await?;
         }
-        dec.push(decode(rt, depth, 1, o.gen, &o.sampling).await?);
+        let (ms, encode) = decode(rt, depth, 1, o.gen, &o.sampling).await?;
+        dec.push(ms);
+        cpu.push(encode);
         rt.pos = depth;
         if let Some(ms) = rt.time_decode_step().await? {
             gpu.push(ms);
@@ -222,6 +231,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         effective_gb_s: (wb + kv_bytes_per_token) as f64 * decode_tok_s / 1e9,
         gpu_memory_bytes: rt.gpu_bytes(),
         gpu_ms_per_step: if gpu.is_empty() { None } else { Some(median(&gpu)) },
+        cpu_ms_per_step: median(&cpu),
         adapter: serde_json::json!(rt.gpu.summary),
         decode_profile,
         prefill_profile,

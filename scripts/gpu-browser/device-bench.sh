@@ -5,6 +5,7 @@
 # OUTDIR.
 #   scripts/gpu-browser/device-bench.sh OUTDIR [SHAPES] [REPS]
 #     SHAPES  make-gguf shapes, comma-separated (default smollm2-135m,llama-3.2-1b,phi-3-mini), Q4_0
+#   Environment: MODES (bench.html modes), FLOOR=1 (also the raw-WebGPU dispatch floor)
 #   Carried: .gl (Vulkan loader debs), .bench/ferrolm.xz (release binary), optional
 #   .bench/ferrolm-base.xz (a baseline binary: its greedy rows run too, for an A/B in the same
 #   command), pkg/ (make pkg), and the Chromium parts (.bench/chr: fetch-chromium.sh), those that
@@ -41,5 +42,5 @@ done
 list=$(IFS=,; echo "${models[*]}")
 mkdir -p ~/chrparts && cp .bench/chr/chr.a* ~/chrparts/ 2>/dev/null
 "$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
-  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-greedy,sampled,raw,rawsampled}" "$out" 420
+  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-greedy,sampled,raw,rawsampled}&floor=${FLOOR:-0}" "$out" 420
 python3 "$here/summarize.py" "$out" | tee "$out/summary.txt"

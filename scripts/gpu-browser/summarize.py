@@ -30,6 +30,11 @@ for j in lines("browser.jsonl"):
         a = j["adapter"]
         print("browser:", j.get("userAgent", "?"), "| adapter", a.get("vendor"), a.get("architecture"),
               "| subgroups", "subgroups" in a.get("features", []), "| shader-f16", "shader-f16" in a.get("features", []))
+    elif "floor" in j:
+        # bench.html's raw-WebGPU floor of a decode-like step (no ferrolm code).
+        print("browser floor (raw WebGPU, tiny chained kernels, 4 steps in flight):")
+        for f in j["floor"]:
+            print(f"  {f['dispatches']:4d} dispatches/step: {f['wall_ms_per_step']:.3f} ms/step wall, {f['cpu_ms_per_step']:.3f} ms/step to encode and submit")
     elif "runs" in j:
         browser[(j["model"], j["mode"])] = j
     elif "report" in j:
@@ -66,7 +71,7 @@ for (model, mode, binary), n in sorted(native.items()):
 raw = [(k, v) for k, v in sorted(browser.items()) if k[1] in ("raw", "rawsampled")]
 if raw:
     print()
-    print(f"{'model':28s} {'mode':10s} {'api tg':>8s} {'engine tg':>10s} {'engine pp':>10s} {'gpu ms/step':>12s} {'native gpu ms':>14s} {'native tg':>10s} {'engine/native':>14s}")
+    print(f"{'model':28s} {'mode':10s} {'api tg':>8s} {'engine tg':>10s} {'engine pp':>10s} {'gpu ms/step':>12s} {'cpu ms/step':>12s} {'native gpu ms':>14s} {'native cpu ms':>14s} {'native tg':>10s} {'engine/native':>14s}")
 for (model, mode), b in raw:
     r = b["report"]
     api_mode = "greedy" if mode == "raw" else "sampled"
@@ -75,4 +80,5 @@ for (model, mode), b in raw:
     n = native.get((model, api_mode, "new"), {})
     ng = n.get("gpu_ms_per_step")
     gm = r.get("gpu_ms_per_step")
-    print(f"{model:28s} {mode:10s} {api_tg:8.1f} {r['decode_tok_s']:10.1f} {r['prefill_tok_s']:10.0f} {gm if gm is not None else float('nan'):12.3f} {ng if ng is not None else float('nan'):14.3f} {n.get('decode_tok_s', float('nan')):10.1f} {r['decode_tok_s'] / n['decode_tok_s'] if n else float('nan'):14.2f}")
+    nan = float("nan")
+    print(f"{model:28s} {mode:10s} {api_tg:8.1f} {r['decode_tok_s']:10.1f} {r['prefill_tok_s']:10.0f} {gm if gm is not None else nan:12.3f} {r.get('cpu_ms_per_step', nan):12.3f} {ng if ng is not None else nan:14.3f} {n.get('cpu_ms_per_step', nan):14.3f} {n.get('decode_tok_s', float('nan')):10.1f} {r['decode_tok_s'] / n['decode_tok_s'] if n else float('nan'):14.2f}")

@@ -319,13 +319,14 @@ fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()
         );
         println!("prefill pp{}: {:.0} tok/s, first token after {:.1} ms", r.prompt_len, r.prefill_tok_s, r.ttft_ms);
         println!(
-            "decode tg{}{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step)",
+            "decode tg{}{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step, CPU {:.3} ms/step to record and submit)",
             r.gen,
             if r.sampling.is_some() { " sampled" } else { "" },
             r.depth,
             r.decode_tok_s,
             r.ms_per_token,
-            r.gpu_ms_per_step.map_or("n/a".to_string(), |v| format!("{v:.3}"))
+            r.gpu_ms_per_step.map_or("n/a".to_string(), |v| format!("{v:.3}")),
+            r.cpu_ms_per_step
         );
         println!(
             "{} dispatches, {} submit, {} readback per token; {:.1} GB/s effective; {} MiB GPU memory",

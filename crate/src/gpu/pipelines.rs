@@ -1,24 +1,50 @@
 //! One WGSL file per kernel role (shaders/), embedded at build time, specialised with WGSL
 //! `override` constants, and cached by (kernel, constants) so each variant compiles once.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-const STEP: &str = include_str!("../../../shaders/step.wgsl");
-const LAYOUT: &str = include_str!("../../../shaders/layout.wgsl");
-const WEIGHTS: &str = include_str!("../../../shaders/weights.wgsl");
-const REDUCE_SG: &str = include_str!("../../../shaders/reduce_sg.wgsl");
-const REDUCE_WG: &str = include_str!("../../../shaders/reduce_wg.wgsl");
-const ROWDOT: &str = include_str!("../../../shaders/rowdot.wgsl");
-const ATTN_MERGE: &str = include_str!("../../../shaders/attn_merge.wgsl");
-const MATMUL_OUT: &str = include_str!("../../../shaders/matmul_out.wgsl");
-const MATMUL_TILE: &str = include_str!("../../../shaders/matmul_tile.wgsl");
-const MATMUL_F16: &str = include_str!("../../../shaders/matmul_f16.wgsl");
-const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
-const PACK_H2: &str = include_str!("../../../shaders/pack_h2.wgsl");
-const I8_SMX: &str = include_str!("../../../shaders/i8_smx.wgsl");
-const I8_DOT: &str = include_str!("../../../shaders/i8_dot.wgsl");
+/// A file of shaders/: its name and its text as built in.
+#[derive(Clone, Copy)]
+struct File(&'static str, &'static str);
+
+macro_rules! shader {
+    ($name:literal) => {
+        File($name, include_str!(concat!("../../../shaders/", $name)))
+    };
+}
+
+impl File {
+    /// The built-in text, or natively, where `FERROLM_SHADER_DIR` names a directory holding a
+    /// file of this name, that file's: kernel variants measured against each other with one
+    /// binary (scripts/device-variants.sh), not a way to ship kernels.
+    fn text(self) -> Cow<'static, str> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(dir) = std::env::var_os("FERROLM_SHADER_DIR") {
+            if let Ok(t) = std::fs::read_to_string(std::path::Path::new(&dir).join(self.0)) {
+                return Cow::Owned(t);
+            }
+        }
+        Cow::Borrowed(self.1)
+    }
+}
+
+const STEP: File = shader!("step.wgsl");
+const LAYOUT: File = shader!("layout.wgsl");
+const WEIGHTS: File = shader!("weights.wgsl");
+const REDUCE_SG: File = shader!("reduce_sg.wgsl");
+const REDUCE_WG: File = shader!("reduce_wg.wgsl");
+const ROWDOT: File = shader!("rowdot.wgsl");
+const ATTN_MERGE: File = shader!("attn_merge.wgsl");
+const MATMUL_OUT: File = shader!("matmul_out.wgsl");
+const MATMUL_TILE: File = shader!("matmul_tile.wgsl");
+const MATMUL_F16: File = shader!("matmul_f16.wgsl");
+const ROPE: File = shader!("rope.wgsl");
+const PACK_H2: File = shader!("pack_h2.wgsl");
+const I8_SMX: File = shader!("i8_smx.wgsl");
+const I8_DOT: File = shader!("i8_dot.wgsl");
 /// `enable` directives of the matrix-unit kernels and of to_f16.wgsl; they must open the
 /// assembled source.
 const COOP_ENABLES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
@@ -108,7 +134,7 @@ enum Slot {
 /// Both halves of decode attention share the split merge. Every kernel gets the step uniform
 /// (step.wgsl).
 struct Source {
-    body: &'static str,
+    body: File,
     layout: bool,
     weights: bool,
     reduce: bool,
@@ -118,31 +144,31 @@ struct Source {
 impl Kernel {
     fn source(self) -> Source {
         let (body, weights, reduce) = match self {
-            Kernel::MatVec => (include_str!("../../../shaders/matvec.wgsl"), false, true),
-            Kernel::QkvRope => (include_str!("../../../shaders/qkv_rope.wgsl"), false, true),
-            Kernel::MatMul => (include_str!("../../../shaders/matmul.wgsl"), true, false),
-            Kernel::MatMulCoop => (include_str!("../../../shaders/matmul_coop.wgsl"), true, false),
-            Kernel::MatMulWide => (include_str!("../../../shaders/matmul_coop_wide.wgsl"), true, false),
-            Kernel::MatMulSum => (include_str!("../../../shaders/matmul_sum.wgsl"), false, false),
-            Kernel::MatMulI8 => (include_str!("../../../shaders/matmul_i8.wgsl"), false, false),
-            Kernel::QuantRows => (include_str!("../../../shaders/quant_rows.wgsl"), false, false),
-            Kernel::ToF16 => (include_str!("../../../shaders/to_f16.wgsl"), false, false),
-            Kernel::Embed => (include_str!("../../../shaders/embed.wgsl"), true, false),
-            Kernel::RmsNorm => (include_str!("../../../shaders/rmsnorm.wgsl"), false, false),
-            Kernel::RopeKv => (include_str!("../../../shaders/rope_kv.wgsl"), false, false),
-            Kernel::Attention => (include_str!("../../../shaders/attention.wgsl"), false, false),
-            Kernel::AttentionCoop => (include_str!("../../../shaders/attention_coop.wgsl"), false, false),
-            Kernel::AttnDecode => (include_str!("../../../shaders/attn_decode.wgsl"), false, false),
-            Kernel::AttnCombine => (include_str!("../../../shaders/attn_combine.wgsl"), false, false),
-            Kernel::FfnAct => (include_str!("../../../shaders/ffn_act.wgsl"), false, false),
-            Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), false, false),
-            Kernel::Sample => (include_str!("../../../shaders/sample.wgsl"), false, false),
-            Kernel::Mask => (include_str!("../../../shaders/mask.wgsl"), false, false),
-            Kernel::Conv1d => (include_str!("../../../shaders/conv1d.wgsl"), false, false),
-            Kernel::DeltaPrep => (include_str!("../../../shaders/delta_prep.wgsl"), false, false),
-            Kernel::DeltaRule => (include_str!("../../../shaders/delta_rule.wgsl"), false, false),
-            Kernel::GatedNorm => (include_str!("../../../shaders/gated_norm.wgsl"), false, false),
-            Kernel::AttnGate => (include_str!("../../../shaders/attn_gate.wgsl"), false, false),
+            Kernel::MatVec => (shader!("matvec.wgsl"), false, true),
+            Kernel::QkvRope => (shader!("qkv_rope.wgsl"), false, true),
+            Kernel::MatMul => (shader!("matmul.wgsl"), true, false),
+            Kernel::MatMulCoop => (shader!("matmul_coop.wgsl"), true, false),
+            Kernel::MatMulWide => (shader!("matmul_coop_wide.wgsl"), true, false),
+            Kernel::MatMulSum => (shader!("matmul_sum.wgsl"), false, false),
+            Kernel::MatMulI8 => (shader!("matmul_i8.wgsl"), false, false),
+            Kernel::QuantRows => (shader!("quant_rows.wgsl"), false, false),
+            Kernel::ToF16 => (shader!("to_f16.wgsl"), false, false),
+            Kernel::Embed => (shader!("embed.wgsl"), true, false),
+            Kernel::RmsNorm => (shader!("rmsnorm.wgsl"), false, false),
+            Kernel::RopeKv => (shader!("rope_kv.wgsl"), false, false),
+            Kernel::Attention => (shader!("attention.wgsl"), false, false),
+            Kernel::AttentionCoop => (shader!("attention_coop.wgsl"), false, false),
+            Kernel::AttnDecode => (shader!("attn_decode.wgsl"), false, false),
+            Kernel::AttnCombine => (shader!("attn_combine.wgsl"), false, false),
+            Kernel::FfnAct => (shader!("ffn_act.wgsl"), false, false),
+            Kernel::Argmax => (shader!("argmax.wgsl"), false, false),
+            Kernel::Sample => (shader!("sample.wgsl"), false, false),
+            Kernel::Mask => (shader!("mask.wgsl"), false, false),
+            Kernel::Conv1d => (shader!("conv1d.wgsl"), false, false),
+            Kernel::DeltaPrep => (shader!("delta_prep.wgsl"), false, false),
+            Kernel::DeltaRule => (shader!("delta_rule.wgsl"), false, false),
+            Kernel::GatedNorm => (shader!("gated_norm.wgsl"), false, false),
+            Kernel::AttnGate => (shader!("attn_gate.wgsl"), false, false),
         };
         let merge = matches!(self, Kernel::AttnDecode | Kernel::AttnCombine);
         let layout = weights || reduce || self == Kernel::MatMulI8;
@@ -300,45 +326,45 @@ impl Pipelines {
         // The block products of the 8-bit matmul; the matrix version opens with its `enable`s.
         if k == Kernel::MatMulI8 {
             let smx = self.i8_prefill && cfg!(target_arch = "wasm32");
-            code.push_str(if smx { I8_SMX } else { I8_DOT });
+            code.push_str(&if smx { I8_SMX } else { I8_DOT }.text());
         }
         if src.reduce {
             // Browsers want the directive; naga natively rejects it (reduce_sg.wgsl).
             if self.subgroups && cfg!(target_arch = "wasm32") {
                 code.push_str("enable subgroups;\n");
             }
-            code.push_str(if self.subgroups { REDUCE_SG } else { REDUCE_WG });
+            code.push_str(&if self.subgroups { REDUCE_SG } else { REDUCE_WG }.text());
         }
         if src.layout {
-            code.push_str(LAYOUT);
+            code.push_str(&LAYOUT.text());
         }
         if src.weights {
-            code.push_str(WEIGHTS);
+            code.push_str(&WEIGHTS.text());
         }
         if src.reduce {
-            code.push_str(ROWDOT);
+            code.push_str(&ROWDOT.text());
         }
         if src.merge {
-            code.push_str(ATTN_MERGE);
+            code.push_str(&ATTN_MERGE.text());
         }
-        code.push_str(STEP);
+        code.push_str(&STEP.text());
         if matches!(k, Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide | Kernel::MatMulSum | Kernel::MatMulI8)
         {
-            code.push_str(MATMUL_OUT);
+            code.push_str(&MATMUL_OUT.text());
         }
         if matches!(k, Kernel::MatMul | Kernel::MatMulCoop | Kernel::MatMulWide) {
-            code.push_str(MATMUL_TILE);
+            code.push_str(&MATMUL_TILE.text());
         }
         if matches!(k, Kernel::MatMulCoop | Kernel::MatMulWide) {
-            code.push_str(MATMUL_F16);
+            code.push_str(&MATMUL_F16.text());
         }
         if matches!(k, Kernel::QkvRope | Kernel::RopeKv) {
-            code.push_str(ROPE);
+            code.push_str(&ROPE.text());
         }
         if matches!(k, Kernel::RmsNorm | Kernel::FfnAct) {
-            code.push_str(PACK_H2);
+            code.push_str(&PACK_H2.text());
         }
-        code.push_str(src.body);
+        code.push_str(&src.body.text());
         if self.fused_attention {
             code = code.replace("/*COHERENT*/", "@coherent");
         }
