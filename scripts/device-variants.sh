@@ -7,7 +7,8 @@
 #   carry: .gl .bench/<binary>.xz for each binary named [.bench/kernels.xz .bench/arch_parity.xz]
 #   run:   PAIRS="ferrolm-base:base ferrolm:base ferrolm:FERROLM_NO_COOP" scripts/device-variants.sh
 #          (a switch NAME=value is passed as written, e.g. FERROLM_SHADER_DIR=.bench/shaders-x to
-#          run kernel files of that directory in place of the built-in ones: a carried folder)
+#          run kernel files of that directory in place of the built-in ones: a carried folder;
+#          several switches joined by '+')
 #          (results in $OUT/var.jsonl; TESTS=1 runs the new build's tests first, SHAPES, ROUNDS,
 #          REPS, GEN, PLS="512 4096" prompt lengths; Phi-3's 4096 becomes 4,064)
 set -uo pipefail
@@ -37,7 +38,9 @@ for shape in ${SHAPES:-llama-3.2-1b phi-3-mini smollm2-135m}; do
       bin=${p%%:*}; var=${p#*:}
       env=()
       if [ "$var" != base ]; then
-        case $var in *=*) env=("$var") ;; *) env=("$var=1") ;; esac
+        for v in ${var//+/ }; do
+          case $v in *=*) env+=("$v") ;; *) env+=("$v=1") ;; esac
+        done
       fi
       for pl in ${PLS:-512}; do
         [ "$shape" = phi-3-mini ] && [ "$pl" = 4096 ] && pl=4064
