@@ -406,11 +406,9 @@ impl Pipelines {
                 // buffers stay bounded by the driver's robust buffer access, which wgpu requests
                 // where the Vulkan device has it and then leaves buffer indices unclamped anyway.
                 // Every other kernel keeps its checks; browsers apply their own.
-                let all = std::env::var("FERROLM_TRY_UNCHECKED").is_ok_and(|v| v == "all");
-                let bounds_checks = !(k.structural_indices() || all);
                 let checks = wgpu::ShaderRuntimeChecks {
                     force_loop_bounding: false,
-                    bounds_checks,
+                    bounds_checks: !k.structural_indices(),
                     ..wgpu::ShaderRuntimeChecks::checked()
                 };
                 unsafe { device.create_shader_module_trusted(desc, checks) }
