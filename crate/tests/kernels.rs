@@ -687,6 +687,8 @@ fn attention_causal_gqa() {
         (64usize, 4usize, 2usize, 200usize, 3usize, 130usize, 0u32, 0f32),
         (128, 2, 1, 80, 70, 0, 0, 0.0),
         (256, 2, 2, 40, 2, 30, 8, 5.0),
+        (96, 4, 2, 300, 21, 40, 0, 0.0),
+        (64, 2, 1, 120, 19, 30, 12, 0.0),
     ] {
         let (stride, qkv, cache) = attention_inputs(&mut r, hd, nh, nkv, ctx, t);
         let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
