@@ -4,7 +4,7 @@
 // their Q fragments held in registers. Q·Kᵀ and P·V are 16x16 f16 products accumulated in f32.
 // Each 64-key chunk of K, then of V, is staged once in workgroup memory for the four subgroups
 // (matrix loads straight from the cache, each subgroup its own, were the slow part: matrix
-// loads from storage buffers are slow on the H100's driver, see matmul_coop_wide.wgsl).
+// loads from storage buffers are slow on the H100's driver: BENCHMARKS.md sessions 11 and 13).
 // Two sweeps over the keys instead of an online softmax: the rescaling an online softmax needs
 // cannot be applied to a cooperative matrix, so sweep 0 finds each query's max and sum and sweep
 // 1 accumulates exp(s - max) · V, dividing by the sum at the end; the second Q·Kᵀ costs less
@@ -25,8 +25,8 @@ override CAUSAL: bool = true;
 override QSTRIDE: u32;
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f16>>;  // the layer's KV buffer: k half
-@group(0) @binding(2) var<storage, read> v_cache: array<vec4<f16>>;  // the same buffer, v half after it
+// The layer's KV buffer, K half then V half (also bound at 2, which attention.wgsl reads V through).
+@group(0) @binding(1) var<storage, read> kv: array<vec4<f16>>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 const QB: u32 = 64u;    // queries a workgroup
@@ -43,19 +43,12 @@ var<workgroup> p_h: array<f16, 4608>;         // [QB][PS]: a chunk's probabiliti
 var<workgroup> stats: array<vec2<f32>, 128>;
 
 // Keys (or values) kc .. kc + 63 of the cache half at `base` (in halves) into kv_h.
-fn stage(src_is_v: bool, base: u32, kc: u32, lid: u32) {
+fn stage(base: u32, kc: u32, lid: u32) {
     let per_row = HD / 4u;
     for (var i = lid; i < KC * per_row; i += 128u) {
         let r = i / per_row;
         let c = i % per_row;
-        let at = (base + (kc + r) * HD) / 4u + c;
-        var v: vec4<f16>;
-        if (src_is_v) {
-            v = v_cache[at];
-        } else {
-            v = k_cache[at];
-        }
-        kv_h[r * (KS / 4u) + c] = v;
+        kv_h[r * (KS / 4u) + c] = kv[(base + (kc + r) * HD) / 4u + c];
     }
 }
 
@@ -148,7 +141,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             // kv_h is free: the queries' or the last chunk's values were read before the
             // barrier that ended the previous iteration.
             workgroupBarrier();
-            stage(false, kbase, kc, lid);
+            stage(kbase, kc, lid);
             workgroupBarrier();
             var s0 = coop_mat16x16<f32, C>();
             var s1 = coop_mat16x16<f32, C>();
@@ -190,7 +183,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             for (var j = 0u; j < 32u; j++) {
                 p_h[row * PS + c0 + j] = f16(exp(score(row, c0 + j, kc + c0 + j, qpos, end) - mx));
             }
-            stage(true, vbase, kc, lid);
+            stage(vbase, kc, lid);
             workgroupBarrier();
             for (var kk = 0u; kk < KC; kk += 16u) {
                 let a = coopLoadT<coop_mat16x16<f16, A>>(&p_h[sq * PS + kk], PS);
