@@ -1,6 +1,6 @@
 // The prefill matmul's tile, shared by its variants (matmul.wgsl in f32 on any adapter,
 // matmul_coop.wgsl and matmul_coop_wide.wgsl on matrix units): C[m, n] (+)= sum_k A[m, k] *
-// W[n, k] (+ bias[n]) in output tiles of 64x64 (128x128 wide), K in steps of 32. This file holds
+// W[n, k] (+ bias[n]) in output tiles of 64x64 (128x128 wide), K in steps of 32 (64 wide). This file holds
 // the constants, the output bindings, the weight loads of one K step (each invocation's share,
 // issued before the previous step's arithmetic so their latency hides behind it) and the
 // epilogue; each variant declares its A (binding 2) itself.

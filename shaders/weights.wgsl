@@ -25,38 +25,69 @@ fn sbyte4(w: u32) -> vec4<f32> {
 }
 
 
-// Eight consecutive weights starting at element e (a multiple of 8), dequantized to f32.
-fn load8(e: u32) -> W8 {
-    var r: W8;
+// Eight consecutive weights starting at element e (a multiple of 8) as stored: the words
+// (F32 fills lo and hi, F16/BF16 lo, Q8 lo.xy, Q4 lo.x) and the block's (scale, offset).
+// Separate from the arithmetic so a kernel can issue the loads one step ahead and convert
+// after the work in between: a value used right after its load stalls the invocation there.
+struct Raw8 {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+    m: vec2<f32>,
+}
+
+fn load_raw8(e: u32) -> Raw8 {
+    var r: Raw8;
     switch LAYOUT {
         case 0u: {
-            r.lo = vec4<f32>(bitcast<f32>(w_words[e]), bitcast<f32>(w_words[e + 1u]),
-                             bitcast<f32>(w_words[e + 2u]), bitcast<f32>(w_words[e + 3u]));
-            r.hi = vec4<f32>(bitcast<f32>(w_words[e + 4u]), bitcast<f32>(w_words[e + 5u]),
-                             bitcast<f32>(w_words[e + 6u]), bitcast<f32>(w_words[e + 7u]));
+            r.lo = vec4<u32>(w_words[e], w_words[e + 1u], w_words[e + 2u], w_words[e + 3u]);
+            r.hi = vec4<u32>(w_words[e + 4u], w_words[e + 5u], w_words[e + 6u], w_words[e + 7u]);
         }
-        case 1u: {
+        case 1u, 2u: {
             let i = e / 2u;
-            r.lo = vec4<f32>(unpack2x16float(w_words[i]), unpack2x16float(w_words[i + 1u]));
-            r.hi = vec4<f32>(unpack2x16float(w_words[i + 2u]), unpack2x16float(w_words[i + 3u]));
-        }
-        case 2u: {
-            let i = e / 2u;
-            r.lo = vec4<f32>(unpack_bf16x2(w_words[i]), unpack_bf16x2(w_words[i + 1u]));
-            r.hi = vec4<f32>(unpack_bf16x2(w_words[i + 2u]), unpack_bf16x2(w_words[i + 3u]));
+            r.lo = vec4<u32>(w_words[i], w_words[i + 1u], w_words[i + 2u], w_words[i + 3u]);
         }
         case 3u: {
-            let w = w_words[e / 8u];
-            let m = block_meta(e / QBLOCK);
-            r.lo = nib4(w, 0u) * m.x + m.y;
-            r.hi = nib4(w, 16u) * m.x + m.y;
+            r.lo.x = w_words[e / 8u];
+            r.m = block_meta(e / QBLOCK);
         }
         default: {
             let i = e / 4u;
-            let m = block_meta(e / QBLOCK);
-            r.lo = sbyte4(w_words[i]) * m.x + m.y;
-            r.hi = sbyte4(w_words[i + 1u]) * m.x + m.y;
+            r.lo.x = w_words[i];
+            r.lo.y = w_words[i + 1u];
+            r.m = block_meta(e / QBLOCK);
         }
     }
     return r;
+}
+
+fn dequant8(w: Raw8) -> W8 {
+    var r: W8;
+    switch LAYOUT {
+        case 0u: {
+            r.lo = bitcast<vec4<f32>>(w.lo);
+            r.hi = bitcast<vec4<f32>>(w.hi);
+        }
+        case 1u: {
+            r.lo = vec4<f32>(unpack2x16float(w.lo.x), unpack2x16float(w.lo.y));
+            r.hi = vec4<f32>(unpack2x16float(w.lo.z), unpack2x16float(w.lo.w));
+        }
+        case 2u: {
+            r.lo = vec4<f32>(unpack_bf16x2(w.lo.x), unpack_bf16x2(w.lo.y));
+            r.hi = vec4<f32>(unpack_bf16x2(w.lo.z), unpack_bf16x2(w.lo.w));
+        }
+        case 3u: {
+            r.lo = nib4(w.lo.x, 0u) * w.m.x + w.m.y;
+            r.hi = nib4(w.lo.x, 16u) * w.m.x + w.m.y;
+        }
+        default: {
+            r.lo = sbyte4(w.lo.x) * w.m.x + w.m.y;
+            r.hi = sbyte4(w.lo.y) * w.m.x + w.m.y;
+        }
+    }
+    return r;
+}
+
+// Eight consecutive weights starting at element e (a multiple of 8), dequantized to f32.
+fn load8(e: u32) -> W8 {
+    return dequant8(load_raw8(e));
 }

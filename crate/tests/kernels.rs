@@ -389,14 +389,17 @@ fn matmul_all_layouts() {
         eprintln!("matmul_coop*.wgsl skipped: this adapter offers no 16x16 f16 cooperative matrices (the GPU machine runs them)");
     } else {
         // Both tiles: partial tiles in both directions, one token, several K steps (K a
-        // multiple of 32: the forward pass takes the f32 kernel otherwise).
-        for tile in [Some(Tile::Coop), Some(Tile::Wide)] {
+        // multiple of 32, of 64 for the wide tile: the forward pass takes the f32 kernel, resp.
+        // the 64x64 tile, otherwise).
+        for (tile, k) in [(Some(Tile::Coop), 96), (Some(Tile::Wide), 192)] {
             for l in ALL {
-                check_linear(&g, &mut r, tile, l, 200, 300, 96, true, true, false);
+                check_linear(&g, &mut r, tile, l, 200, 300, k, true, true, false);
                 check_linear(&g, &mut r, tile, l, 1, 130, 64, false, false, false);
             }
             check_linear(&g, &mut r, tile, L::Q4, 129, 1024, 256, true, false, false);
         }
+        // A K of one half step (the 64x64 tile multiplies the valid half of its only step).
+        check_linear(&g, &mut r, Some(Tile::Coop), L::Q8h(32), 70, 100, 32, true, true, false);
         // Split K (ops::matmul::k_splits), with bias and residual: 2 and 3 tiles of 128 rows in
         // four ranges of 2,048; 24 tiles not split.
         assert_eq!((matmul::k_splits(200, 8192), matmul::k_splits(300, 8192), matmul::k_splits(3072, 8192)), (4, 4, 1));

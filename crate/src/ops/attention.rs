@@ -128,8 +128,10 @@ pub fn rope_kv(r: &mut Recorder, h: Heads, o: RopeKv) {
         ("EPS", norm.eps as f64),
         ("NW_OFFSET", norm.offset as f64),
         ("QSTRIDE", h.q_stride as f64),
+        ("FLAT", flag(o.qk_norm.is_none())),
     ];
-    let grid = Grid::PerToken((h.heads + 2 * h.kv_heads) as u32);
+    let heads = (h.heads + 2 * h.kv_heads) as u32;
+    let grid = Grid::PerToken(if o.qk_norm.is_some() { heads } else { (heads * h.head_dim as u32 / 2).div_ceil(128) });
     r.push("rope+kv", Kernel::RopeKv, &consts, &[(0, o.qkv), (3, o.kv), (4, o.vecs), (6, o.rope)], grid);
 }
 

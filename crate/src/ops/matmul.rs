@@ -24,6 +24,9 @@ pub const WIDE_MIN_ROWS: usize = 3072;
 
 /// A K step of the matmul kernels (matmul_tile.wgsl BK).
 const BK: u32 = 32;
+/// A K step of the wide matrix-unit matmul (matmul_coop_wide.wgsl WK): it takes matrices whose
+/// rows, and each split range of them, are whole steps.
+pub const WIDE_K_STEP: usize = 64;
 
 /// Split K where that makes a wide matmul's grid for `SPLIT_TOKENS` tokens at least
 /// `MIN_SPLITS` times larger and no larger than `SPLIT_GRID` workgroups...
@@ -44,7 +47,7 @@ pub fn k_splits(n: u32, k: u32) -> u32 {
     while n % 4 == 0 && tiles * s * 2 <= SPLIT_GRID && k % (2 * s * BK) == 0 && k / (2 * s) >= MIN_SPLIT_K {
         s *= 2;
     }
-    if s < MIN_SPLITS {
+    if s < MIN_SPLITS || !(k / s).is_multiple_of(WIDE_K_STEP as u32) {
         1
     } else {
         s
@@ -124,13 +127,16 @@ pub fn i8_fits(w: &GpuMatrix) -> bool {
     block.is_multiple_of(32) && w.cols.is_multiple_of(64)
 }
 
-/// The kernel for `w`: matrix units where offered and rows are whole 32-element blocks.
+/// The kernel for `w`: matrix units where offered and rows are whole 32-element blocks; the
+/// wide tile where rows are also whole 64-element steps.
 pub fn tile_for(r: &Recorder, w: &GpuMatrix) -> Tile {
     if r.caps.i8_prefill && i8_fits(w) && r.caps.workgroup_storage >= I8_WORKGROUP_STORAGE {
         Tile::I8
     } else if !r.caps.matrix_units || !w.cols.is_multiple_of(32) {
         Tile::F32
-    } else if w.rows >= WIDE_MIN_ROWS || k_splits(w.rows as u32, w.cols as u32) > 1 {
+    } else if w.cols.is_multiple_of(WIDE_K_STEP)
+        && (w.rows >= WIDE_MIN_ROWS || k_splits(w.rows as u32, w.cols as u32) > 1)
+    {
         Tile::Wide
     } else {
         Tile::Coop
@@ -153,6 +159,7 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
     let n = w.rows as u32;
     let tiles = |tile_n: u32, tile_m: u32| Grid::Tiles { n, tile_n, tile_m };
     let tile = m.tile.unwrap_or_else(|| tile_for(r, w));
+    assert!(tile != Tile::Wide || w.cols.is_multiple_of(WIDE_K_STEP), "the wide matmul takes whole K steps");
     let splits = k_splits(n, w.cols as u32);
     let (kernel, grid, a) = match tile {
         Tile::F32 => (Kernel::MatMul, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a),
