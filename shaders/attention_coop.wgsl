@@ -11,7 +11,11 @@
 // than moving the output through memory every chunk. Same constants as attention.wgsl (WINDOW
 // must be 0). Keys past the last allowed one get probability 0; their cache slots hold earlier
 // finite values or zeros.
-// Dispatch: (NH, ceil(tokens / 64)).
+// Key splits: workgroup z takes keys z KSPL .. (z + 1) KSPL of the cache (KSPL a multiple of
+// 64). With one split it writes the output; with several it writes its unnormalized output and
+// each query's (max, sum) to `part` for attn_prefill_merge.wgsl, so a long cache is swept by
+// several workgroups instead of one per 64 queries and head.
+// Dispatch: (NH, ceil(tokens / 64), ceil((pos0 + tokens) / KSPL)).
 
 override HD: u32;
 override NH: u32;
@@ -23,11 +27,15 @@ override SOFTCAP: f32 = 0.0;
 override WINDOW: u32 = 0u;
 override CAUSAL: bool = true;
 override QSTRIDE: u32;
+override KSPL: u32 = 1073741824u;
+override PSTATS: u32 = 0u;   // where the (max, sum) pairs start in `part`, in floats
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 // The layer's KV buffer, K half then V half (also bound at 2, which attention.wgsl reads V through).
 @group(0) @binding(1) var<storage, read> kv: array<vec4<f16>>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+// Split z's outputs [z][token][head][HD], then from PSTATS its (max, sum) [z][token][head].
+@group(0) @binding(4) var<storage, read_write> part: array<f32>;
 
 const QB: u32 = 64u;    // queries a workgroup
 const KC: u32 = 64u;    // keys a chunk
@@ -122,6 +130,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (!CAUSAL) {
         end = step.pos0 + step.n_tokens;
     }
+    // This split's keys; `end` stays the mask's bound.
+    let k_lo = wg.z * KSPL;
+    let k_hi = min(end, k_lo + KSPL);
     let kbase = kvh * CAP * HD;
     let vbase = NKV * CAP * HD + kbase;
     // Lane pairs own a query row: this lane columns c0 .. c0 + 31 of each chunk.
@@ -140,7 +151,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     var o6 = coop_mat16x16<f32, C>();
     var o7 = coop_mat16x16<f32, C>();
     for (var sweep = 0u; sweep < 2u; sweep++) {
-        for (var kc = 0u; kc < end; kc += KC) {
+        for (var kc = k_lo; kc < k_hi; kc += KC) {
             // kv_h is free: the queries' or the last chunk's values were read before the
             // barrier that ended the previous iteration.
             workgroupBarrier();
@@ -224,9 +235,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
     }
 
-    // The output in groups of 64 dimensions through the subgroup's rows of s_sh.
+    // The output in groups of 64 dimensions through the subgroup's rows of s_sh: normalized,
+    // or with several splits as it is, beside the row's (max, sum). A split past this block's
+    // last key leaves (-3e38, 0), which the merge weighs by 0.
     let t = t0 + row;
-    let inv = 1.0 / l;
+    let split = nwg.z > 1u;
+    var inv = 1.0 / l;
+    if (split) {
+        inv = 1.0;
+        if (t < step.n_tokens && lane % 2u == 0u) {
+            let at = PSTATS + 2u * ((wg.z * step.n_tokens + t) * NH + h);
+            part[at] = mx;
+            part[at + 1u] = l;
+        }
+    }
     for (var g = 0u; g * 64u < HD; g++) {
         workgroupBarrier();
         if (g == 0u) {
@@ -259,7 +281,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             for (var j = 0u; j < 32u; j++) {
                 let d = g * 64u + c0 + j;
                 if (d < HD) {
-                    out[(t * NH + h) * HD + d] = s_sh[row * SS + c0 + j] * inv;
+                    let v = s_sh[row * SS + c0 + j] * inv;
+                    if (split) {
+                        part[((wg.z * step.n_tokens + t) * NH + h) * HD + d] = v;
+                    } else {
+                        out[(t * NH + h) * HD + d] = v;
+                    }
                 }
             }
         }

@@ -710,7 +710,9 @@ fn attention_causal_gqa() {
         let h = Heads { softcap, q_stride: stride, ..heads(hd, nh, nkv, ctx, ctx, window as usize) };
         // The f32 kernel, also where matrix units would take attention_coop.wgsl.
         let f32_only = Caps { matrix_units: false, ..Caps::of(&g) };
-        run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| attention::prefill(rec, h, true, &qb, &kvb, &ob));
+        let splits =
+            attention::KeySplits { part: &poisoned(&g, 4), keys: attention::split_keys(ctx, nh, t), max_tokens: t };
+        run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| attention::prefill(rec, h, true, (&qb, &kvb, &ob), splits));
         assert_close(
             &read(&g, &ob, want.len()),
             &want,
@@ -732,11 +734,16 @@ fn attention_coop_matches_reference() {
         return;
     }
     let mut r = R::new();
-    for (hd, nh, nkv, ctx, t, pos0, causal, softcap) in [
-        (64usize, 4usize, 2usize, 256usize, 70usize, 100usize, true, 0f32),
-        (96, 2, 1, 192, 64, 0, true, 0.0),
-        (128, 2, 2, 128, 5, 60, true, 30.0),
-        (64, 3, 1, 128, 40, 0, false, 0.0),
+    // (.., keys a split): one split, or several merged by attn_prefill_merge.wgsl, including
+    // splits past some query blocks' last key.
+    for (hd, nh, nkv, ctx, t, pos0, causal, softcap, keys) in [
+        (64usize, 4usize, 2usize, 256usize, 70usize, 100usize, true, 0f32, 512usize),
+        (96, 2, 1, 192, 64, 0, true, 0.0, 512),
+        (128, 2, 2, 128, 5, 60, true, 30.0, 512),
+        (64, 3, 1, 128, 40, 0, false, 0.0, 512),
+        (64, 4, 2, 256, 70, 100, true, 0.0, 64),
+        (96, 2, 1, 320, 130, 0, true, 0.0, 128),
+        (64, 3, 1, 192, 40, 60, false, 30.0, 64),
     ] {
         let (stride, qkv, cache) = attention_inputs(&mut r, hd, nh, nkv, ctx, t);
         let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
@@ -753,16 +760,18 @@ fn attention_coop_matches_reference() {
         }
         let (qb, kvb, ob) = (buf_f32(&g, &qkv), buf_u32(&g, &pack_f16(&cache)), poisoned(&g, want.len()));
         let h = Heads { softcap, q_stride: stride, ..heads(hd, nh, nkv, ctx, ctx, 0) };
+        let part = poisoned(&g, attention::part_floats(ctx, nh, hd, keys, t));
+        let splits = attention::KeySplits { part: &part, keys, max_tokens: t };
         run(&g, Caps::of(&g), [t as u32, pos0 as u32, 0], |rec| {
             assert!(h.on_matrix_units(rec), "hd={hd} ctx={ctx}: not the matrix-unit kernel");
-            attention::prefill(rec, h, causal, &qb, &kvb, &ob)
+            attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits)
         });
         assert_close(
             &read(&g, &ob, want.len()),
             &want,
             3e-3,
             3e-3,
-            &format!("coop attention hd={hd} t={t} pos0={pos0} causal={causal} softcap={softcap}"),
+            &format!("coop attention hd={hd} t={t} pos0={pos0} causal={causal} softcap={softcap} keys={keys}"),
         );
     }
 }

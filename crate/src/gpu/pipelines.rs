@@ -75,6 +75,8 @@ pub enum Kernel {
     /// Prefill attention on matrix units (chosen by the forward pass only where
     /// `Pipelines::matrix_units` and the layer's shape allows).
     AttentionCoop,
+    /// Merges the key splits of `AttentionCoop` over a long cache.
+    AttnPrefillMerge,
     AttnDecode,
     AttnCombine,
     FfnAct,
@@ -91,7 +93,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 25] = [
+    pub const ALL: [Kernel; 26] = [
         Kernel::MatVec,
         Kernel::QkvRope,
         Kernel::MatMul,
@@ -106,6 +108,7 @@ impl Kernel {
         Kernel::RopeKv,
         Kernel::Attention,
         Kernel::AttentionCoop,
+        Kernel::AttnPrefillMerge,
         Kernel::AttnDecode,
         Kernel::AttnCombine,
         Kernel::FfnAct,
@@ -158,6 +161,7 @@ impl Kernel {
             Kernel::RopeKv => (shader!("rope_kv.wgsl"), false, false),
             Kernel::Attention => (shader!("attention.wgsl"), false, false),
             Kernel::AttentionCoop => (shader!("attention_coop.wgsl"), false, false),
+            Kernel::AttnPrefillMerge => (shader!("attn_prefill_merge.wgsl"), false, false),
             Kernel::AttnDecode => (shader!("attn_decode.wgsl"), false, false),
             Kernel::AttnCombine => (shader!("attn_combine.wgsl"), false, false),
             Kernel::FfnAct => (shader!("ffn_act.wgsl"), false, false),
@@ -212,9 +216,11 @@ impl Kernel {
             Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
             Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform)],
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
-            Kernel::Attention | Kernel::AttentionCoop => {
-                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)]
+            Kernel::Attention => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::AttentionCoop => {
+                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), Some(Uniform)]
             }
+            Kernel::AttnPrefillMerge => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
             Kernel::AttnDecode => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), Some(Uniform), Some(ReadWrite)]
             }

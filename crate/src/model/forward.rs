@@ -103,6 +103,10 @@ pub struct Buffers {
     /// quantized matmuls run on 8-bit subgroup matrices (16-byte placeholders elsewhere).
     pub a8: wgpu::Buffer,
     pub a8s: wgpu::Buffer,
+    /// Prefill attention's key splits on matrix units (`attention::KeySplits`; a 16-byte
+    /// placeholder where the context needs one split or the adapter has no matrix units).
+    pub attn_part: wgpu::Buffer,
+    pub max_tokens: usize,
     /// Cache slots per layer: the context, or on sliding-window layers just the window plus one
     /// prefill chunk (a chunk writes all its keys before any of its queries read).
     pub kv_cap: Vec<usize>,
@@ -193,6 +197,15 @@ impl Buffers {
                 "matmul parts",
                 if gpu.pipelines.matrix_units { part_elems(cfg, max_tokens).max(4) as u64 * 4 } else { 16 },
             )?,
+            attn_part: {
+                let keys = attention::split_keys(context, cfg.n_heads, max_tokens);
+                let floats = attention::part_floats(context, cfg.n_heads, cfg.head_dim, keys, max_tokens);
+                buf(
+                    "attn key splits",
+                    if gpu.pipelines.matrix_units && context > keys { floats as u64 * 4 } else { 16 },
+                )?
+            },
+            max_tokens,
             a8: buf("a8", a8_bytes.max(16))?,
             a8s: buf("a8 scales", a8s_bytes.max(16))?,
             tmp: buf("tmp", t * h * f)?,
@@ -488,7 +501,12 @@ impl<'a> Model<'a> {
             matmul::matmul(r, MatMul { bias, a16_ready, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
             let h = self.heads(i);
             self.rope_kv(r, i, h);
-            attention::prefill(r, h, cfg.causal, &bf.qkv, &bf.kv[i], &bf.attn);
+            let splits = attention::KeySplits {
+                part: &bf.attn_part,
+                keys: attention::split_keys(self.context, cfg.n_heads, bf.max_tokens),
+                max_tokens: bf.max_tokens,
+            };
+            attention::prefill(r, h, cfg.causal, (&bf.qkv, &bf.kv[i], &bf.attn), splits);
             self.attn_gate(r);
             // BitNet's sub-norm of the attention output before the projection.
             let o_in = match off.attn_sub_norm {

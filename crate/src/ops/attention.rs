@@ -64,17 +64,84 @@ impl Heads {
     }
 }
 
+/// Prefill attention on matrix units sweeps the cache in splits of at least this many keys, one
+/// workgroup each per 64 queries and head, merged by attn_prefill_merge.wgsl, where a full
+/// chunk of queries gives fewer than `SPLIT_BELOW_WORKGROUPS` workgroups: late in a long prompt
+/// each would otherwise sweep thousands of keys alone while most of the GPU idles (H100, 4,096-
+/// token prompts: SmolLM2's 9 heads 52k -> 64k tok/s; the 1B and Phi-3 shapes' 32 heads lost
+/// 1.5-3% to the merge and stay unsplit: BENCHMARKS.md session 14). Prompts up to this long
+/// take one split and no merge.
+pub const MIN_SPLIT_KEYS: usize = 512;
+pub const SPLIT_BELOW_WORKGROUPS: usize = 256;
+/// At most this many splits (their partial outputs' buffer grows with them).
+pub const MAX_KEY_SPLITS: usize = 8;
+
+/// Keys per split of prefill attention on matrix units for a `context`-token program of `heads`
+/// query heads and chunks of up to `max_tokens` tokens (the whole context: one split).
+pub fn split_keys(context: usize, heads: usize, max_tokens: usize) -> usize {
+    if heads * max_tokens.div_ceil(64) >= SPLIT_BELOW_WORKGROUPS {
+        return context.next_multiple_of(64);
+    }
+    context.div_ceil(MAX_KEY_SPLITS).next_multiple_of(64).max(MIN_SPLIT_KEYS)
+}
+
+/// Where prefill attention on matrix units leaves its key splits' partial outputs: `part`
+/// holds `part_floats` floats for steps of up to `max_tokens` tokens.
+#[derive(Clone, Copy)]
+pub struct KeySplits<'a> {
+    pub part: &'a wgpu::Buffer,
+    pub keys: usize,
+    pub max_tokens: usize,
+}
+
+/// Floats of the splits' buffer for a `context`-token program of `heads` heads of `head_dim`:
+/// per split, token and head the output and its (max, sum).
+pub fn part_floats(context: usize, heads: usize, head_dim: usize, keys: usize, max_tokens: usize) -> usize {
+    context.div_ceil(keys) * max_tokens * heads * (head_dim + 2)
+}
+
 /// Prefill: out = softmax(q·kᵀ) · v for every query of the step against the cache (`causal`:
-/// each only up to its own position).
-pub fn prefill(r: &mut Recorder, h: Heads, causal: bool, qkv: &wgpu::Buffer, kv: &wgpu::Buffer, out: &wgpu::Buffer) {
+/// each only up to its own position); on matrix units with the cache's keys in `splits`.
+pub fn prefill(
+    r: &mut Recorder,
+    h: Heads,
+    causal: bool,
+    (qkv, kv, out): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
+    splits: KeySplits,
+) {
     let mut consts = h.consts();
     consts.extend([("QSTRIDE", h.q_stride as f64), ("CAUSAL", flag(causal))]);
-    let (kernel, grid) = if h.on_matrix_units(r) {
-        (Kernel::AttentionCoop, Grid::QueryBlocks(h.heads as u32))
-    } else {
-        (Kernel::Attention, Grid::PerToken(h.heads as u32))
-    };
-    r.push("attention", kernel, &consts, &[(0, qkv), (1, kv), (2, kv), (3, out)], grid);
+    if !h.on_matrix_units(r) {
+        let grid = Grid::PerToken(h.heads as u32);
+        r.push("attention", Kernel::Attention, &consts, &[(0, qkv), (1, kv), (2, kv), (3, out)], grid);
+        return;
+    }
+    let keys = splits.keys as u32;
+    assert!(
+        keys.is_multiple_of(64) && splits.part_fits(&h),
+        "key splits: whole 64-key chunks in a buffer that holds them"
+    );
+    let pstats = (h.context.div_ceil(splits.keys) * splits.max_tokens * h.heads * h.head_dim) as f64;
+    consts.extend([("KSPL", keys as f64), ("PSTATS", pstats)]);
+    let grid = Grid::QueryBlocks { heads: h.heads as u32, keys };
+    r.push(
+        "attention",
+        Kernel::AttentionCoop,
+        &consts,
+        &[(0, qkv), (1, kv), (2, kv), (3, out), (4, splits.part)],
+        grid,
+    );
+    let consts = [("HD", h.head_dim as f64), ("NH", h.heads as f64), ("KSPL", keys as f64), ("PSTATS", pstats)];
+    let grid = Grid::SplitsMerge { n: (h.heads * h.head_dim) as u32, keys };
+    r.push("attention merge", Kernel::AttnPrefillMerge, &consts, &[(0, splits.part), (3, out)], grid);
+}
+
+impl KeySplits<'_> {
+    /// Whether `part` holds every split of `h`'s context, or the context has only one.
+    fn part_fits(&self, h: &Heads) -> bool {
+        let floats = part_floats(h.context, h.heads, h.head_dim, self.keys, self.max_tokens);
+        h.context <= self.keys || self.part.size() >= floats as u64 * 4
+    }
 }
 
 /// Decode: one workgroup per head and 64 cached positions leaves partials in `part` ([heads]

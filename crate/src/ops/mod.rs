@@ -65,8 +65,18 @@ pub enum Grid {
         n: u32,
         splits: u32,
     },
-    /// (heads, ceil(t / 64)): 64 queries of a head per workgroup (attention_coop.wgsl).
-    QueryBlocks(u32),
+    /// (heads, ceil(t / 64), splits): 64 queries of a head per workgroup, the cache's keys in
+    /// splits of `keys` (attention_coop.wgsl).
+    QueryBlocks {
+        heads: u32,
+        keys: u32,
+    },
+    /// `n` elements per token as `Elems`, where the step's cache has more than one split of
+    /// `keys`; no dispatch otherwise (attn_prefill_merge.wgsl).
+    SplitsMerge {
+        n: u32,
+        keys: u32,
+    },
     /// `n` elements per token, 256 per workgroup, folded into 2-D past 65535 workgroups.
     Elems(u32),
     /// (heads, splits): one workgroup per 64 cached positions (decode attention).
@@ -85,7 +95,9 @@ impl Grid {
                 let tile = matmul::WIDE_TILE;
                 [n.div_ceil(tile), t.div_ceil(tile), splits]
             }
-            Grid::QueryBlocks(heads) => [heads, t.div_ceil(64), 1],
+            Grid::QueryBlocks { heads, keys } => [heads, t.div_ceil(64), (pos + t).div_ceil(keys)],
+            Grid::SplitsMerge { n, keys } if (pos + t).div_ceil(keys) > 1 => Grid::Elems(n).dims(t, pos),
+            Grid::SplitsMerge { .. } => [0, 0, 0],
             Grid::Elems(n) => {
                 let wgs = (n * t).div_ceil(256);
                 let y = wgs.div_ceil(65535);
@@ -171,8 +183,11 @@ pub struct Program {
 }
 
 impl Program {
+    /// The dispatches a step runs: those its filters let through, with a non-empty grid.
     fn live(&self, t: u32, pos: u32, pick: Pick) -> impl Iterator<Item = &Op> {
-        self.ops.iter().filter(move |o| o.filter.runs(t, pos, self.short_max, pick))
+        self.ops
+            .iter()
+            .filter(move |o| o.filter.runs(t, pos, self.short_max, pick) && !o.grid.dims(t, pos).contains(&0))
     }
 
     /// Dispatches of a step of `t` tokens at cache position `pos`.
