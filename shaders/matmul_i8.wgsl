@@ -41,29 +41,88 @@ fn spread(x: u32) -> i32 {
     return bitcast<i32>((x & 0xfu) | ((x & 0xf0u) << 4u) | ((x & 0xf00u) << 8u) | ((x & 0xf000u) << 12u));
 }
 
-// Block b of weight row n as eight words of bytes at w_sh[d..d + 8] (zeros past N).
-fn stage_w(n: u32, b: u32, d: u32) {
-    var x = array<vec4<u32>, 2>(vec4<u32>(0u), vec4<u32>(0u));
-    if (n < N) {
-        let i = n * (K / 32u) + b;
-        if (LAYOUT == 3u) {
-            let w = w_vec[i];
-            x[0] = vec4<u32>(bitcast<u32>(spread(w.x & 0xffffu)), bitcast<u32>(spread(w.x >> 16u)),
-                             bitcast<u32>(spread(w.y & 0xffffu)), bitcast<u32>(spread(w.y >> 16u)));
-            x[1] = vec4<u32>(bitcast<u32>(spread(w.z & 0xffffu)), bitcast<u32>(spread(w.z >> 16u)),
-                             bitcast<u32>(spread(w.w & 0xffffu)), bitcast<u32>(spread(w.w >> 16u)));
-        } else {
-            x[0] = w_vec[2u * i];
-            x[1] = w_vec[2u * i + 1u];
-        }
+// This invocation's share of a K step as loaded: four vec4 of A's bytes (runs li + 128 r), one
+// weight block as stored (Q4: one vec4 of nibbles; Q8: two of bytes) with its (scale, offset),
+// and one (d_a, sum) of A. Loaded before the previous step's products and stored after them, so
+// the loads' latency hides behind that work. Tokens past the step and rows past N repeat the
+// last ones (their outputs are never stored): the loads need no branch.
+struct Staged {
+    a0: vec4<u32>,
+    a1: vec4<u32>,
+    a2: vec4<u32>,
+    a3: vec4<u32>,
+    w0: vec4<u32>,
+    w1: vec4<u32>,
+    ws: vec2<f32>,
+    s: vec2<f32>,
+}
+
+// Run idx of A's step at block kb0: token idx / (4 KB), vec4 idx % (4 KB) of its blocks.
+fn load_a(t0: u32, kb0: u32, idx: u32) -> vec4<u32> {
+    let m = min(t0 + idx / (4u * KB), step.n_tokens - 1u);
+    return a_q[(m * (K / 32u) + kb0) * 4u + idx % (4u * KB)];
+}
+
+fn load_step(t0: u32, n0: u32, kb0: u32, li: u32) -> Staged {
+    var st: Staged;
+    st.a0 = load_a(t0, kb0, li);
+    st.a1 = load_a(t0, kb0, li + 128u);
+    st.a2 = load_a(t0, kb0, li + 256u);
+    st.a3 = load_a(t0, kb0, li + 384u);
+    // Row n's block j: invocation li takes row li / KB, block li % KB.
+    let n = min(n0 + li / KB, N - 1u);
+    let b = kb0 + li % KB;
+    let i = n * (K / 32u) + b;
+    if (LAYOUT == 3u) {
+        st.w0 = w_vec[i];
+    } else {
+        st.w0 = w_vec[2u * i];
+        st.w1 = w_vec[2u * i + 1u];
     }
-    for (var h = 0u; h < 2u; h++) {
-        let v = bitcast<vec4<i32>>(x[h]);
-        w_sh[d + 4u * h] = v.x;
-        w_sh[d + 4u * h + 1u] = v.y;
-        w_sh[d + 4u * h + 2u] = v.z;
-        w_sh[d + 4u * h + 3u] = v.w;
+    st.ws = block_meta((n * K + b * 32u) / QBLOCK);
+    st.s = a_s[min(t0 + li / KB, step.n_tokens - 1u) * (K / 32u) + b];
+    return st;
+}
+
+fn put4(d: u32, v: vec4<u32>) {
+    let s = bitcast<vec4<i32>>(v);
+    a_sh[d] = s.x;
+    a_sh[d + 1u] = s.y;
+    a_sh[d + 2u] = s.z;
+    a_sh[d + 3u] = s.w;
+}
+
+fn put_a(idx: u32, v: vec4<u32>) {
+    put4((idx / (4u * KB)) * RSA + (idx % (4u * KB)) * 4u, v);
+}
+
+fn put_w(d: u32, v: vec4<u32>) {
+    let s = bitcast<vec4<i32>>(v);
+    w_sh[d] = s.x;
+    w_sh[d + 1u] = s.y;
+    w_sh[d + 2u] = s.z;
+    w_sh[d + 3u] = s.w;
+}
+
+fn put_step(st: Staged, li: u32) {
+    put_a(li, st.a0);
+    put_a(li + 128u, st.a1);
+    put_a(li + 256u, st.a2);
+    put_a(li + 384u, st.a3);
+    // Row li / KB's block li % KB as eight words of bytes (Q4 nibbles spread to bytes).
+    let d = (li / KB) * RS + (li % KB) * 8u;
+    if (LAYOUT == 3u) {
+        let w = st.w0;
+        put_w(d, vec4<u32>(bitcast<u32>(spread(w.x & 0xffffu)), bitcast<u32>(spread(w.x >> 16u)),
+                           bitcast<u32>(spread(w.y & 0xffffu)), bitcast<u32>(spread(w.y >> 16u))));
+        put_w(d + 4u, vec4<u32>(bitcast<u32>(spread(w.z & 0xffffu)), bitcast<u32>(spread(w.z >> 16u)),
+                                bitcast<u32>(spread(w.w & 0xffffu)), bitcast<u32>(spread(w.w >> 16u))));
+    } else {
+        put_w(d, st.w0);
+        put_w(d + 4u, st.w1);
     }
+    ws_sh[li] = st.ws;
+    as_sh[li] = st.s;
 }
 
 @compute @workgroup_size(128)
@@ -77,39 +136,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let nb = K / 32u;
     // acc[4 * 8]: product p = 2 mi + ni, element e = lane + 32 i of its 16x16 (row e / 16).
     var acc: array<f32, 32>;
+    put_step(load_step(t0, n0, 0u, li), li);
+    workgroupBarrier();
     for (var kb0 = 0u; kb0 < nb; kb0 += KB) {
-        // A: 64 tokens x KB blocks x four vec4 (512 loads); W and both scales: 64 x KB blocks.
-        for (var r = 0u; r < 4u; r++) {
-            let idx = li + 128u * r;
-            let m = idx / (4u * KB);
-            let part = idx % (4u * KB);
-            var v = vec4<u32>(0u);
-            if (t0 + m < step.n_tokens) {
-                v = a_q[((t0 + m) * nb + kb0) * 4u + part];
-            }
-            let d = m * RSA + part * 4u;
-            let s = bitcast<vec4<i32>>(v);
-            a_sh[d] = s.x;
-            a_sh[d + 1u] = s.y;
-            a_sh[d + 2u] = s.z;
-            a_sh[d + 3u] = s.w;
-        }
-        {
-            let n = li / KB;
-            let j = li % KB;
-            stage_w(n0 + n, kb0 + j, n * RS + j * 8u);
-            var ws = vec2<f32>(0.0);
-            if (n0 + n < N) {
-                ws = block_meta(((n0 + n) * K + (kb0 + j) * 32u) / QBLOCK);
-            }
-            ws_sh[li] = ws;
-            var s = vec2<f32>(0.0);
-            if (t0 + n < step.n_tokens) {
-                s = a_s[(t0 + n) * nb + kb0 + j];
-            }
-            as_sh[li] = s;
-        }
-        workgroupBarrier();
+        // The next step (the last one loads itself again).
+        let st = load_step(t0, n0, min(kb0 + KB, nb - KB), li);
         for (var j = 0u; j < KB; j++) {
             products(sg, lane, sm, sn, j);
             workgroupBarrier();
@@ -125,6 +156,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
             workgroupBarrier();
         }
+        // Every read of this step's staged operands ended at the barrier above.
+        put_step(st, li);
+        workgroupBarrier();
     }
     // The quarter through workgroup memory, as 32 rows of 32, so that stores take four
     // consecutive outputs of a token.
