@@ -19,8 +19,11 @@ pub const WIDE_TILE: u32 = 128;
 /// ones keep 64x64 tiles, which give the GPU more workgroups. H100, 512 tokens: rows of 2,048
 /// (Llama-3.2-1B's down and o) ran 45% slower wide (64 workgroups), rows of 3,072 (Phi-3's down)
 /// 32% faster. Measured again with A read in f16 from memory (session 9, 1B pp512): thresholds
-/// of 1,024 / 2,048 / 3,072 rows gave 20.5k / 20.2k / 21.4k tok/s.
-pub const WIDE_MIN_ROWS: usize = 3072;
+/// of 1,024 / 2,048 / 3,072 rows gave 20.5k / 20.2k / 21.4k tok/s. With both kernels in K steps
+/// of 64 (session 14, 1B pp512): 2,048 rows (its o projection, 64 workgroups) 1.15 -> 1.07 ms
+/// wide; 4,096 rows put 3,072-row matrices on 64x64 tiles: 1B qkv 1.16 -> 1.57 ms, Phi-3 o
+/// 2.98 -> 4.15.
+pub const WIDE_MIN_ROWS: usize = 2048;
 
 /// A K step of the matmul kernels (matmul_tile.wgsl BK).
 const BK: u32 = 32;
