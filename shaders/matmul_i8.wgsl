@@ -84,16 +84,15 @@ fn load_step(t0: u32, n0: u32, kb0: u32, li: u32) -> Staged {
     return st;
 }
 
-fn put4(d: u32, v: vec4<u32>) {
+// Run idx of A into a_sh; four words of W into w_sh at d (two functions: WGSL pointers to
+// workgroup arrays carry the array's length in their type).
+fn put_a(idx: u32, v: vec4<u32>) {
+    let d = (idx / (4u * KB)) * RSA + (idx % (4u * KB)) * 4u;
     let s = bitcast<vec4<i32>>(v);
     a_sh[d] = s.x;
     a_sh[d + 1u] = s.y;
     a_sh[d + 2u] = s.z;
     a_sh[d + 3u] = s.w;
-}
-
-fn put_a(idx: u32, v: vec4<u32>) {
-    put4((idx / (4u * KB)) * RSA + (idx % (4u * KB)) * 4u, v);
 }
 
 fn put_w(d: u32, v: vec4<u32>) {

@@ -103,9 +103,10 @@ pub struct Buffers {
     /// quantized matmuls run on 8-bit subgroup matrices (16-byte placeholders elsewhere).
     pub a8: wgpu::Buffer,
     pub a8s: wgpu::Buffer,
-    /// Prefill attention's key splits on matrix units (`attention::KeySplits`; a 16-byte
-    /// placeholder where the context needs one split or the adapter has no matrix units).
+    /// Prefill attention's key splits on matrix units (`key_splits`; a 16-byte placeholder
+    /// where the context needs one split or the adapter has no matrix units), of this many keys.
     pub attn_part: wgpu::Buffer,
+    pub attn_split_keys: usize,
     pub max_tokens: usize,
     /// Cache slots per layer: the context, or on sliding-window layers just the window plus one
     /// prefill chunk (a chunk writes all its keys before any of its queries read).
@@ -132,6 +133,7 @@ impl Buffers {
                 MAX_CONTEXT
             )));
         }
+        let split_keys = attention::split_keys(context, cfg.n_heads, max_tokens);
         let kv_cap: Vec<usize> = (0..cfg.n_layers)
             .map(|i| {
                 if cfg.layer_linear[i] {
@@ -198,13 +200,13 @@ impl Buffers {
                 if gpu.pipelines.matrix_units { part_elems(cfg, max_tokens).max(4) as u64 * 4 } else { 16 },
             )?,
             attn_part: {
-                let keys = attention::split_keys(context, cfg.n_heads, max_tokens);
-                let floats = attention::part_floats(context, cfg.n_heads, cfg.head_dim, keys, max_tokens);
+                let floats = attention::part_floats(context, cfg.n_heads, cfg.head_dim, split_keys, max_tokens);
                 buf(
                     "attn key splits",
-                    if gpu.pipelines.matrix_units && context > keys { floats as u64 * 4 } else { 16 },
+                    if gpu.pipelines.matrix_units && context > split_keys { floats as u64 * 4 } else { 16 },
                 )?
             },
+            attn_split_keys: split_keys,
             max_tokens,
             a8: buf("a8", a8_bytes.max(16))?,
             a8s: buf("a8 scales", a8s_bytes.max(16))?,
@@ -229,6 +231,13 @@ impl Buffers {
         };
         gpu.queue.write_buffer(&b.rope, 0, bytemuck::cast_slice(&table));
         Ok(Buffers { bytes: bytes + 16 + 32, ..b })
+    }
+}
+
+impl Buffers {
+    /// Where prefill attention on matrix units leaves its key splits.
+    fn key_splits(&self) -> attention::KeySplits<'_> {
+        attention::KeySplits { part: &self.attn_part, keys: self.attn_split_keys, max_tokens: self.max_tokens }
     }
 }
 
@@ -501,12 +510,7 @@ impl<'a> Model<'a> {
             matmul::matmul(r, MatMul { bias, a16_ready, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
             let h = self.heads(i);
             self.rope_kv(r, i, h);
-            let splits = attention::KeySplits {
-                part: &bf.attn_part,
-                keys: attention::split_keys(self.context, cfg.n_heads, bf.max_tokens),
-                max_tokens: bf.max_tokens,
-            };
-            attention::prefill(r, h, cfg.causal, (&bf.qkv, &bf.kv[i], &bf.attn), splits);
+            attention::prefill(r, h, cfg.causal, (&bf.qkv, &bf.kv[i], &bf.attn), bf.key_splits());
             self.attn_gate(r);
             // BitNet's sub-norm of the attention output before the projection.
             let o_in = match off.attn_sub_norm {
