@@ -373,6 +373,8 @@ export interface BenchmarkOptions {
   depth?: number;
   /** Repetitions, after a warm-up (default 3). */
   reps?: number;
+  /** Decode steps on the GPU before the oldest one's token is read back (default: as a generation keeps them). */
+  inflight?: number;
   /** Any of these decodes by sampling on the GPU (seed 1 unless given); none: greedy. */
   temperature?: number;
   topK?: number;
@@ -388,6 +390,8 @@ export interface BenchmarkReport {
   gen: number;
   depth: number;
   reps: number;
+  /** Decode steps kept in flight. */
+  inflight: number;
   prefill_tok_s: number;
   /** Median ms from the prompt's submission to its last position's logits: time to first token. */
   ttft_ms: number;
@@ -409,6 +413,8 @@ export interface BenchmarkReport {
   cpu_ms_per_step: number;
   adapter: Record<string, unknown>;
   model: Record<string, unknown>;
+  /** GPU time per kernel of one step: [kernel, dispatches, ms], slowest first, where the adapter
+   *  offers `timestamp-query` (in browsers each dispatch is timed in a pass of its own). */
   decode_profile: Array<[string, number, number]> | null;
   prefill_profile: Array<[string, number, number]> | null;
 }

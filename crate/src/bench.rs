@@ -18,10 +18,13 @@ pub struct BenchOptions {
     pub reps: usize,
     /// Decode by sampling on the GPU with these parameters (`None`: greedy).
     pub sampling: Option<SamplingParams>,
+    /// Decode steps kept on the GPU before the oldest one's token is read back (default
+    /// `engine::PIPELINE_DEPTH`, as a generation keeps them).
+    pub inflight: Option<usize>,
 }
 
 impl BenchOptions {
-    /// Options as JavaScript passes them (`engine.benchmark({promptLen, gen, depth, reps,
+    /// Options as JavaScript passes them (`engine.benchmark({promptLen, gen, depth, reps, inflight,
     /// temperature, topK, topP, minP, repetitionPenalty, seed})`): the sampling fields are
     /// `SamplingParams`' own (seed 1 unless given, as `ferrolm bench`); any of them but the seed
     /// makes the decode sampled. Unknown fields are refused, and so are OpenAI's penalties and
@@ -34,6 +37,7 @@ impl BenchOptions {
             gen: Option<usize>,
             depth: Option<usize>,
             reps: Option<usize>,
+            inflight: Option<usize>,
             #[serde(flatten)]
             sampling: SamplingParams,
         }
@@ -46,7 +50,7 @@ impl BenchOptions {
                 "{WHAT}: unknown field `{k}` (the GPU sampler does not apply it)"
             )));
         }
-        let own = ["promptLen", "gen", "depth", "reps", "seed"];
+        let own = ["promptLen", "gen", "depth", "reps", "inflight", "seed"];
         let any = keys.iter().any(|k| !own.contains(&k.as_str()));
         let mut sampling = j.sampling;
         if !keys.iter().any(|k| k == "seed") {
@@ -58,6 +62,7 @@ impl BenchOptions {
             depth: j.depth,
             reps: j.reps.unwrap_or(3),
             sampling: any.then_some(sampling),
+            inflight: j.inflight,
         })
     }
 }
@@ -69,6 +74,7 @@ pub struct BenchReport {
     pub depth: usize,
     pub reps: usize,
     pub sampling: Option<SamplingParams>,
+    pub inflight: usize,
     pub prefill_tok_s: f64,
     /// Median time from the prompt's submission to its last position's logits on the CPU: the
     /// time to first token of a `prompt_len`-token prompt (all its chunks).
@@ -94,7 +100,7 @@ pub struct BenchReport {
     pub adapter: serde_json::Value,
     pub model: serde_json::Value,
     /// Per-kernel GPU time (kernel, dispatches, ms) of one decode step and one prefill step
-    /// at the benchmark sizes, where timestamps inside passes are available.
+    /// at the benchmark sizes, where the adapter has timestamps (`Runtime::profile_step`).
     pub decode_profile: Option<Vec<(String, usize, f64)>>,
     pub prefill_profile: Option<Vec<(String, usize, f64)>>,
 }
@@ -115,8 +121,15 @@ const WARMUP_MAX: usize = 32;
 const WARMUP_MS: f64 = 1500.0;
 
 pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
-    if o.prompt_len == 0 || o.gen == 0 || o.reps == 0 {
-        return Err(Error::InvalidOption("bench needs --prompt-len, --gen and --reps of at least 1".into()));
+    let inflight = o.inflight.unwrap_or(crate::engine::PIPELINE_DEPTH);
+    if o.prompt_len == 0 || o.gen == 0 || o.reps == 0 || inflight == 0 {
+        return Err(Error::InvalidOption(
+            "bench needs --prompt-len, --gen, --reps and --inflight of at least 1".into(),
+        ));
+    }
+    let slots = crate::model::forward::TOKEN_SLOTS;
+    if inflight > slots {
+        return Err(Error::InvalidOption(format!("bench --inflight {inflight}: at most {slots} steps")));
     }
     let depth = o.depth.unwrap_or(o.prompt_len);
     if let Some(p) = &o.sampling {
@@ -133,14 +146,13 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
     let prompt: Vec<u32> = (0..o.prompt_len).map(|_| (rng.next_u64() % vocab) as u32).collect();
     let fill: Vec<u32> = (0..depth).map(|_| (rng.next_u64() % vocab) as u32).collect();
 
-    // Decoding `gen` tokens from `start` with the GPU choosing each one, PIPELINE_DEPTH steps in
+    // Decoding `gen` tokens from `start` with the GPU choosing each one, `inflight` steps in
     // flight as a generation keeps them.
     async fn decode(
         rt: &mut crate::runtime::Runtime,
-        start: usize,
-        first: u32,
-        gen: usize,
+        (start, first, gen): (usize, u32, usize),
         sampling: &Option<SamplingParams>,
+        inflight: usize,
     ) -> Result<(f64, f64)> {
         rt.pos = start;
         let t0 = now_ms();
@@ -155,7 +167,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
             let t = now_ms();
             queue.push(rt, feed.take(), pick)?;
             encode += now_ms() - t;
-            if queue.len() >= crate::engine::PIPELINE_DEPTH {
+            if queue.len() >= inflight {
                 queue.pop(rt).await?;
             }
         }
@@ -178,7 +190,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         }
         last = ms;
     }
-    decode(rt, o.prompt_len, 1, 8.min(o.gen), &o.sampling).await?;
+    decode(rt, (o.prompt_len, 1, 8.min(o.gen)), &o.sampling, inflight).await?;
 
     let (mut pre, mut dec, mut gpu, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.reps {
@@ -190,7 +202,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
             rt.pos = 0;
             rt.forward(&fill).await?;
         }
-        let (ms, encode) = decode(rt, depth, 1, o.gen, &o.sampling).await?;
+        let (ms, encode) = decode(rt, (depth, 1, o.gen), &o.sampling, inflight).await?;
         dec.push(ms);
         cpu.push(encode);
         rt.pos = depth;
@@ -214,6 +226,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         depth,
         reps: o.reps,
         sampling: o.sampling.clone(),
+        inflight,
         prefill_tok_s: o.prompt_len as f64 / (p / 1e3),
         ttft_ms: p,
         decode_tok_s,

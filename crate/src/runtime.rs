@@ -436,26 +436,34 @@ impl Runtime {
         Ok(timer.read_ms(&self.gpu, sub).await?.first().copied())
     }
 
-    /// GPU time per kernel of one step over `n` tokens (decode when `n == 1`), from timestamps
-    /// written between dispatches: (kernel, dispatches, total ms), slowest first. `None` when
-    /// the adapter cannot write timestamps inside passes. The step advances the position.
+    /// GPU time per kernel of one step over `n` tokens (decode when `n == 1`): (kernel,
+    /// dispatches, total ms), slowest first. Timestamps between the dispatches of one pass where
+    /// the adapter writes them inside passes (natively); else each dispatch in a pass of its own
+    /// timed at its beginning and end (browsers offer only that), which leaves out the time
+    /// between dispatches. `None` without timestamps. The step advances the position.
     pub async fn profile_step(&mut self, n: usize) -> Result<Option<Vec<(String, usize, f64)>>> {
-        if !self.gpu.summary.timestamps_in_passes {
+        let (inside, any) = (self.gpu.summary.timestamps_in_passes, self.gpu.summary.timestamps);
+        if !any {
             return Ok(None);
         }
         let n32 = n as u32;
         let program = self.program(n32, Pick::GREEDY);
-        let timer = Timer::new(&self.gpu, program.dispatches(n, self.pos, Pick::GREEDY) as u32 + 1);
+        let dispatches = program.dispatches(n, self.pos, Pick::GREEDY) as u32;
+        let timer = Timer::new(&self.gpu, if inside { dispatches + 1 } else { 2 * dispatches });
         let ids = vec![1u32; n];
         let mut enc = self.begin_step(Some(&ids), n32, 0);
-        let kernels = {
+        let kernels = if inside {
             let mut pass = enc.begin_compute_pass(&Default::default());
             program.record_profiled(&mut pass, n32, self.pos as u32, Pick::GREEDY, &timer.queries)
+        } else {
+            program.record_passes_timed(&mut enc, n32, self.pos as u32, Pick::GREEDY, &timer.queries)
         };
         timer.resolve(&mut enc);
         let sub = self.gpu.queue.submit([enc.finish()]);
         self.pos += n;
         let ms = timer.read_ms(&self.gpu, sub).await?;
+        // Between passes: each pass's end minus its beginning, every other interval.
+        let ms: Vec<f64> = if inside { ms } else { ms.into_iter().step_by(2).collect() };
         let mut agg: Vec<(String, usize, f64)> = Vec::new();
         for (k, &ms) in kernels.iter().zip(&ms) {
             let name = k.to_string();

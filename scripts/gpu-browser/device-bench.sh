@@ -5,7 +5,9 @@
 # OUTDIR.
 #   scripts/gpu-browser/device-bench.sh OUTDIR [SHAPES] [REPS]
 #     SHAPES  make-gguf shapes, comma-separated (default smollm2-135m,llama-3.2-1b,phi-3-mini), Q4_0
-#   Environment: MODES (bench.html modes), FLOOR=1 (also the raw-WebGPU dispatch floor)
+#   Environment: MODES (bench.html modes), FLOOR=1 (also the raw-WebGPU dispatch floor),
+#   INFLIGHTS=2,8 (the raw mode's greedy loop again with that many decode steps in flight, in
+#   the browser and natively)
 #   Carried: .gl (Vulkan loader debs), .bench/ferrolm.xz (release binary), optional
 #   .bench/ferrolm-base.xz (a baseline binary: its greedy rows run too, for an A/B in the same
 #   command), pkg/ (make pkg), and the Chromium parts (.bench/chr: fetch-chromium.sh), those that
@@ -38,9 +40,12 @@ for f in "${models[@]}"; do
   done
   /tmp/ferrolm-new bench --model "$www/$f" --prompt-len 512 --gen 128 --reps "$reps" --temperature 0.7 --top-p 0.9 --seed 1 --json \
     | tag new >> "$out/native.jsonl"
+  for n in ${INFLIGHTS:+${INFLIGHTS//,/ }}; do
+    /tmp/ferrolm-new bench --model "$www/$f" --prompt-len 512 --gen 128 --reps "$reps" --inflight "$n" --json | tag "inflight $n" >> "$out/native.jsonl"
+  done
 done
 list=$(IFS=,; echo "${models[*]}")
 mkdir -p ~/chrparts && cp .bench/chr/chr.a* ~/chrparts/ 2>/dev/null
 "$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
-  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-greedy,sampled,raw,rawsampled}&floor=${FLOOR:-0}" "$out" 420
+  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-greedy,sampled,raw,rawsampled}&floor=${FLOOR:-0}&inflights=${INFLIGHTS:-}" "$out" 420
 python3 "$here/summarize.py" "$out" | tee "$out/summary.txt"

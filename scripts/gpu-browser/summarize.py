@@ -34,7 +34,8 @@ for j in lines("browser.jsonl"):
         # bench.html's raw-WebGPU floor of a decode-like step (no ferrolm code).
         print("browser floor (raw WebGPU, tiny chained kernels, 4 steps in flight):")
         for f in j["floor"]:
-            print(f"  {f['dispatches']:4d} dispatches/step: {f['wall_ms_per_step']:.3f} ms/step wall, {f['cpu_ms_per_step']:.3f} ms/step to encode and submit")
+            v = f" ({f['variant']})" if f.get("variant") else ""
+            print(f"  {f['dispatches']:4d} dispatches/step{v}: {f['wall_ms_per_step']:.3f} ms/step wall, {f['cpu_ms_per_step']:.3f} ms/step to encode and submit")
     elif "runs" in j:
         browser[(j["model"], j["mode"])] = j
     elif "report" in j:
@@ -68,13 +69,13 @@ for (model, mode, binary), n in sorted(native.items()):
 
 # The engine's own loop in the browser (bench.html modes raw / rawsampled, engine.benchmark):
 # decode through the JavaScript API vs inside the module vs the GPU's time per step.
-raw = [(k, v) for k, v in sorted(browser.items()) if k[1] in ("raw", "rawsampled")]
+raw = [(k, v) for k, v in sorted(browser.items()) if k[1] in ("raw", "rawsampled") or k[1].startswith("raw@")]
 if raw:
     print()
     print(f"{'model':28s} {'mode':10s} {'api tg':>8s} {'engine tg':>10s} {'engine pp':>10s} {'gpu ms/step':>12s} {'cpu ms/step':>12s} {'native gpu ms':>14s} {'native cpu ms':>14s} {'native tg':>10s} {'engine/native':>14s}")
 for (model, mode), b in raw:
     r = b["report"]
-    api_mode = "greedy" if mode == "raw" else "sampled"
+    api_mode = "sampled" if mode == "rawsampled" else "greedy"
     api = browser.get((model, api_mode))
     api_tg = st.median(x["stats"]["decode_tok_s"] for x in (api["runs"][1:] or api["runs"])) if api else float("nan")
     n = native.get((model, api_mode, "new"), {})

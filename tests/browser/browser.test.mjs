@@ -471,13 +471,16 @@ test('engine.benchmark runs `ferrolm bench` in the module (worker and page); the
       const e = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
       const gen = async () => { const t = []; for await (const c of e.generate({ tokens: [5, 6, 7] }, { maxTokens: 4, stopIds: [] })) t.push(c.token); return t; };
       const before = await gen();
-      const greedy = await e.benchmark({ promptLen: 12, gen: 3, reps: 1 });
+      const greedy = await e.benchmark({ promptLen: 12, gen: 3, reps: 1, inflight: 2 });
       const sampled = await e.benchmark({ promptLen: 8, gen: 3, reps: 2, temperature: 0.7, topP: 0.9 });
       const after = await gen();
       const err = await e.benchmark({ promtLen: 8 }).then(() => 'accepted', (x) => `${x.name}: ${x.message}`);
+      const deep = await e.benchmark({ promptLen: 8, gen: 3, inflight: 9 }).then(() => 'accepted', (x) => `${x.name}: ${x.message}`);
       await e.unload();
-      const pick = (b) => ({ p: b.prompt_len, g: b.gen, reps: b.reps, pp: b.prefill_tok_s, tg: b.decode_tok_s, d: b.dispatches_per_token, s: b.sampling });
-      out[worker ? 'worker' : 'page'] = { before, after, greedy: pick(greedy), sampled: pick(sampled), err };
+      // A profile wherever the adapter has timestamps (browsers time each dispatch in a pass of its own).
+      const prof = (p) => p && p.map(([k, n, ms]) => [k, n, ms >= 0]);
+      const pick = (b) => ({ p: b.prompt_len, g: b.gen, reps: b.reps, pp: b.prefill_tok_s, tg: b.decode_tok_s, d: b.dispatches_per_token, s: b.sampling, inflight: b.inflight, gpu: b.gpu_ms_per_step, dp: prof(b.decode_profile), pp_prof: prof(b.prefill_profile) });
+      out[worker ? 'worker' : 'page'] = { before, after, greedy: pick(greedy), sampled: pick(sampled), err, deep };
     }
     return out;
   });
@@ -493,6 +496,16 @@ test('engine.benchmark runs `ferrolm bench` in the module (worker and page); the
     assert.equal(w.sampled.s.temperature, 0.7);
     assert.equal(w.sampled.s.seed, 1);
     assert.match(w.err, /^InvalidOptionError: .*promtLen/);
+    assert.match(w.deep, /^InvalidOptionError: .*inflight 9/);
+    assert.equal(w.greedy.inflight, 2);
+    assert.equal(w.sampled.inflight, 4);
+    if (w.greedy.gpu !== null) {
+      for (const prof of [w.greedy.dp, w.greedy.pp_prof]) {
+        assert.ok(prof && prof.some(([k]) => k === 'attention'), JSON.stringify(prof));
+        assert.ok(prof.every(([, n, ok]) => n > 0 && ok), JSON.stringify(prof));
+      }
+      assert.equal(w.greedy.dp.reduce((a, [, n]) => a + n, 0), w.greedy.d);
+    }
   }
 });
 

@@ -90,6 +90,10 @@ enum Cmd {
         depth: Option<usize>,
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// Decode steps on the GPU before the oldest one's token is read back (default: as a
+        /// generation keeps them).
+        #[arg(long)]
+        inflight: Option<usize>,
         /// Decode sampling on the GPU with these options (greedy argmax without them).
         #[command(flatten)]
         sampling: SamplingArgs,
@@ -273,9 +277,9 @@ fn main() {
         Cmd::Diagnose { model, reference, json } => diagnose(model, reference, json),
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
         Cmd::Inspect { model, json } => inspect(&model, json),
-        Cmd::Bench { model, prompt_len, gen, depth, reps, sampling, json } => {
+        Cmd::Bench { model, prompt_len, gen, depth, reps, inflight, sampling, json } => {
             let sampling = sampling.any().then(|| sampling.params(SamplingParams { seed: 1, ..Default::default() }));
-            let o = ferrolm::bench::BenchOptions { prompt_len, gen, depth, reps, sampling };
+            let o = ferrolm::bench::BenchOptions { prompt_len, gen, depth, reps, sampling, inflight };
             bench(&model, &o, json)
         }
         Cmd::MakeGguf { shape, ty, out, tokenizer_from, seed, layers } => {

@@ -222,6 +222,30 @@ impl Program {
         })
         .collect()
     }
+
+    /// Record each dispatch in a compute pass of its own, with the pass's timestamp writes at
+    /// `2i` (beginning) and `2i + 1` (end); returns each dispatch's label.
+    pub fn record_passes_timed(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        n_tokens: u32,
+        pos: u32,
+        pick: Pick,
+        qs: &wgpu::QuerySet,
+    ) -> Vec<&'static str> {
+        let ops = self.live(n_tokens, pos, pick).enumerate();
+        ops.map(|(i, op)| {
+            let timestamp_writes = Some(wgpu::ComputePassTimestampWrites {
+                query_set: qs,
+                beginning_of_pass_write_index: Some(2 * i as u32),
+                end_of_pass_write_index: Some(2 * i as u32 + 1),
+            });
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
+            op.dispatch(&mut pass, n_tokens, pos);
+            op.label
+        })
+        .collect()
+    }
 }
 
 impl Op {
