@@ -83,3 +83,23 @@ for (model, mode), b in raw:
     gm = r.get("gpu_ms_per_step")
     nan = float("nan")
     print(f"{model:28s} {mode:10s} {api_tg:8.1f} {r['decode_tok_s']:10.1f} {r['prefill_tok_s']:10.0f} {gm if gm is not None else nan:12.3f} {r.get('cpu_ms_per_step', nan):12.3f} {ng if ng is not None else nan:14.3f} {n.get('cpu_ms_per_step', nan):14.3f} {n.get('decode_tok_s', float('nan')):10.1f} {r['decode_tok_s'] / n['decode_tok_s'] if n else float('nan'):14.2f}")
+
+# GPU time per kernel of one step, browser beside native (the raw mode's profiles). Browsers time
+# each dispatch in a pass of its own, natively timestamps sit between the dispatches of one pass:
+# both add a few us a dispatch, so read kernel against kernel. The browser's prefill chunk is the
+# engine's maxBatch (256 by default), native bench's 512.
+for (model, mode), b in raw:
+    if mode != "raw":
+        continue
+    n = native.get((model, "greedy", "new"), {})
+    for what in ("decode_profile", "prefill_profile"):
+        bp = {k: (c, ms) for k, c, ms in (b["report"].get(what) or [])}
+        npf = {k: (c, ms) for k, c, ms in (n.get(what) or [])}
+        if not bp:
+            continue
+        r = b["report"]
+        chunk = f" (browser chunk {min(r['prompt_len'], b['info'].get('maxBatch') or r['prompt_len'])} tokens, native {n.get('prompt_len')})" if what == "prefill_profile" else ""
+        print(f"\n{model} {what}{chunk}: kernel, dispatches and ms browser | native")
+        for k in sorted(set(bp) | set(npf), key=lambda k: -bp.get(k, (0, 0))[1]):
+            (bc, bm), (nc, nm) = bp.get(k, (0, 0.0)), npf.get(k, (0, 0.0))
+            print(f"  {k:16s} {bc:4d} {bm:8.3f} | {nc:4d} {nm:8.3f}")
