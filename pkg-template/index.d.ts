@@ -43,7 +43,8 @@ export interface CreateEngineOptions {
   onDeviceLost?: (error: DeviceLostError) => void;
   /** KV-cache length (default: the model's, capped by the engine). */
   contextLength?: number;
-  /** Largest prefill batch. */
+  /** Most prompt tokens one prefill step takes (default 512; fewer where the adapter's storage
+   *  bindings cannot hold that many tokens' activations; longer prompts run in chunks). */
   maxBatch?: number;
   /** Run the engine in a dedicated module Worker (default true) or in this context. */
   worker?: boolean | Worker;

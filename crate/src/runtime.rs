@@ -124,11 +124,15 @@ enum CopyOut {
     Hidden,
 }
 
-/// Tokens one prefill step takes: the caller's batch, at most the context; a bidirectional
-/// model's whole input must be one step (its tokens all see each other), so the whole context.
-fn batch_for(cfg: &ModelConfig, max_batch: usize, context: usize) -> usize {
+/// Tokens one prefill step takes: the caller's batch, at most the context and at most what
+/// keeps the widest activation (the FFN's gate and up rows) within one storage binding; a
+/// bidirectional model's whole input must be one step (its tokens all see each other), so the
+/// whole context.
+fn batch_for(cfg: &ModelConfig, max_batch: usize, context: usize, binding: u64) -> usize {
     if cfg.causal {
-        max_batch.min(context)
+        let row = 4 * (2 * cfg.ffn).max(cfg.proj_rows()).max(cfg.mix_width()).max(cfg.hidden) as u64;
+        let fits = (binding / row.max(1)).max(1) as usize;
+        max_batch.min(context).min(fits)
     } else {
         context
     }
@@ -144,7 +148,7 @@ fn build(
     context: usize,
     progress: Progress<'_>,
 ) -> Result<(usize, Buffers, Program, Program)> {
-    let max_batch = batch_for(cfg, max_batch, context);
+    let max_batch = batch_for(cfg, max_batch, context, gpu.limits.max_storage_buffer_binding_size);
     let bufs = Buffers::new(gpu, cfg, max_batch, context)?;
     progress("compile", 0, 2);
     let decode = forward::build(gpu, cfg, weights, &bufs, context, false)?;

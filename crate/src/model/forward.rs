@@ -46,10 +46,12 @@ pub fn a16_elems(cfg: &ModelConfig, max_tokens: usize) -> usize {
 /// (rowdot.wgsl MERGE) while every workgroup of it reads at most this many partial values
 /// (hidden size x splits), and in attn_combine's own dispatch beyond (adapters whose splits do
 /// not merge themselves: browsers, non-Vulkan). Natively on the H100 at 10 splits: SmolLM2 (5.8k
-/// values) +1.4%, Qwen2.5-0.5B (9k) +2.3%, Llama-3.2-1B (20k) -1.5%, Phi-3-mini (31k) -3%. In
-/// Chromium on the H100 (session 10) twice this limit cost the 1B shape 2.5% of GPU time a step
-/// and gained nothing separable from the browser's run-to-run spread; four times, Phi-3 lost 5%.
-const MERGE_MAX_VALUES: usize = 12288;
+/// values) +1.4%, Qwen2.5-0.5B (9k) +2.3%, Llama-3.2-1B (20k) -1.5%, Phi-3-mini (31k) -3%.
+/// Browsers take more: a dispatch costs Chromium's GPU process more than the merge's extra reads
+/// cost the GPU. Chromium on the H100, session 15, the 1B shape at 512-640 positions with
+/// 32,768, two rounds interleaved: 16 dispatches a step fewer, GPU time a step +2.5%, decode
+/// 1,047 / 1,098 -> 1,178 / 1,189 tok/s (session 10 had seen the GPU time only).
+const MERGE_MAX_VALUES: usize = if cfg!(target_arch = "wasm32") { 32768 } else { 12288 };
 
 /// Activations for up to `max_tokens` tokens per step, the KV cache and the rope table.
 pub struct Buffers {

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On the GPU machine: packages against each other in Chromium, rounds interleaved (a, b, a, b...)
+# so that the host's drift between runs falls on both. Each page runs bench.html's `raw` mode
+# (the engine's own loop: prefill, greedy decode, GPU time a step and per kernel).
+#   scripts/gpu-browser/device-ab.sh OUTDIR "PKG[?QUERY] PKG[?QUERY] ..." [SHAPES] [REPS]
+#     PKG      a package folder in the tree (pkg, .bench/pkg-b); QUERY adds page parameters
+#              (e.g. pkg?maxbatch=512)
+#   Environment: ROUNDS (default 2), MODES (default raw).
+#   Carried: as device-bench.sh (.gl, .bench/ferrolm.xz, .bench/chr/chrextra.tar.xz, Chromium
+#   parts in ~/chrparts) and every package folder named.
+set -uo pipefail
+out=$(realpath -m "$1"); variants=$2; shapes=${3:-smollm2-135m,llama-3.2-1b}; reps=${4:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+. "$(dirname "$0")/../device-env.sh"
+device_env "$out"
+xz -dc .bench/ferrolm.xz > /tmp/ferrolm-new && chmod +x /tmp/ferrolm-new
+www=$HOME/www
+mkdir -p "$www" && cp "$here/bench.html" "$www/"
+models=()
+for s in ${shapes//,/ }; do
+  f=$s.q4_0.gguf
+  [ -f "$www/$f" ] || /tmp/ferrolm-new make-gguf --shape "$s" --type q4_0 --out "$www/$f" \
+    --tokenizer-from tests/fixtures/tokenizer/spm_tiny.gguf > /dev/null
+  models+=("$f")
+done
+list=$(IFS=,; echo "${models[*]}")
+i=0
+for v in $variants; do
+  dir=${v%%\?*}; name=pkg$i; i=$((i + 1))
+  rm -rf "$www/$name" && cp -r "$dir" "$www/$name"
+done
+for r in $(seq 1 "${ROUNDS:-2}"); do
+  i=0
+  for v in $variants; do
+    extra=""; [ "$v" != "${v#*\?}" ] && extra="&${v#*\?}"
+    "$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
+      "bench.html?pkg=pkg$i&models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-raw}$extra" "$out/r$r-v$i" 300 > /dev/null
+    python3 - "$out/r$r-v$i/browser.jsonl" "$r" "$v" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if "error" in j: print("ERROR", j["error"][:300])
+    if "report" in j:
+        r = j["report"]
+        print(f"round {sys.argv[2]} {sys.argv[3]:28s} {j['model']:24s} {j['mode']:6s} pp {r['prefill_tok_s']:8.0f}  tg {r['decode_tok_s']:7.1f}  gpu ms/step {r.get('gpu_ms_per_step') or float('nan'):.3f}  dispatches {r['dispatches_per_token']}")
+PY
+    i=$((i + 1))
+  done
+done
