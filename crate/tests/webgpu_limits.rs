@@ -35,3 +35,33 @@ fn wide_model_runs_within_webgpu_default_limits() {
         engine.rt.gpu.check().unwrap();
     }
 }
+
+/// An FFN wide enough that the default 512 tokens' gate and up rows would pass the 128 MiB
+/// storage binding every adapter guarantees: the prefill batch shrinks to fit (and a prompt
+/// longer than it runs in chunks) instead of the load failing.
+#[test]
+fn prefill_batch_shrinks_to_the_storage_binding_limit() {
+    std::env::set_var("FERROLM_WEBGPU_LIMITS", "1");
+    std::env::set_var("FERROLM_NO_SUBGROUPS", "1");
+    std::env::set_var("FERROLM_NO_IDOT", "1");
+    std::env::set_var("FERROLM_NO_FUSED_ATTENTION", "1");
+    let mut shape = synth::shape("smollm2-135m").unwrap();
+    shape.ffn = 40960;
+    shape.vocab = 512;
+    let opts = SynthOptions { shape, ty: GgmlType::Q4_0, seed: 5, layers: Some(1), sparse: false };
+    let model = common::SynthModel::write("webgpu-limits-batch", &opts);
+    let src = FileSource::open(&model.path).unwrap();
+    let load = LoadOptions { context_length: Some(640), ..Default::default() };
+    assert_eq!(load.max_batch, 512);
+    let mut engine = block_on(Engine::load(&src, &load, &mut |_, _, _| {})).unwrap();
+    let binding = engine.rt.gpu.limits.max_storage_buffer_binding_size;
+    assert_eq!(binding, 128 << 20);
+    let fits = (binding / (2 * 40960 * 4)) as usize;
+    assert_eq!(engine.rt.max_batch, fits);
+    let prompt: Vec<u32> = (0..fits as u32 + 3).map(|i| 3 + i % 200).collect();
+    let got =
+        block_on(engine.generate(&prompt, &GenerateOptions { max_tokens: 2, ..Default::default() }, &mut |_, _| true))
+            .unwrap();
+    assert_eq!(got.tokens.len(), 2);
+    engine.rt.gpu.check().unwrap();
+}
