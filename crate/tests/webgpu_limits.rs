@@ -10,13 +10,19 @@ use ferrolm::synth::{self, SynthOptions};
 use ferrolm::weights::quant::GgmlType;
 use ferrolm::weights::FileSource;
 
-#[test]
-fn wide_model_runs_within_webgpu_default_limits() {
-    // This test binary is its own process, so the switches reach only its GPU.
+/// The browsers' side of the adapter: WebGPU's default limits, no subgroups, f32 activations,
+/// attention splits merged by a dispatch. This test binary is its own process, so the switches
+/// reach only its GPU.
+fn browser_limits() {
     std::env::set_var("FERROLM_WEBGPU_LIMITS", "1");
     std::env::set_var("FERROLM_NO_SUBGROUPS", "1");
     std::env::set_var("FERROLM_NO_IDOT", "1");
     std::env::set_var("FERROLM_NO_FUSED_ATTENTION", "1");
+}
+
+#[test]
+fn wide_model_runs_within_webgpu_default_limits() {
+    browser_limits();
     let mut shape = synth::shape("llama-3.2-1b").unwrap();
     shape.ffn = 512;
     shape.vocab = 512;
@@ -41,10 +47,7 @@ fn wide_model_runs_within_webgpu_default_limits() {
 /// longer than it runs in chunks) instead of the load failing.
 #[test]
 fn prefill_batch_shrinks_to_the_storage_binding_limit() {
-    std::env::set_var("FERROLM_WEBGPU_LIMITS", "1");
-    std::env::set_var("FERROLM_NO_SUBGROUPS", "1");
-    std::env::set_var("FERROLM_NO_IDOT", "1");
-    std::env::set_var("FERROLM_NO_FUSED_ATTENTION", "1");
+    browser_limits();
     let mut shape = synth::shape("smollm2-135m").unwrap();
     shape.ffn = 40960;
     shape.vocab = 512;
