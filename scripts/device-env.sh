@@ -21,3 +21,17 @@ device_tests() {
   grep "test result" "$1/kernels.txt"; grep -v " ok$" "$1/kernels.txt" | grep -v "test result"
   echo "arch_parity: $(grep -c ' ok$' "$1/arch_parity.txt") passed"; grep -v ' ok$' "$1/arch_parity.txt"
 }
+
+# The benchmark files of make-gguf shapes $2 (comma-separated, Q4_0) in folder $1, written by
+# the unpacked binary /tmp/ferrolm-new where missing; their names in the array `models`. The
+# vocabulary only has to exist (the benches feed ids): the tiny fixture one, padded.
+bench_models() {
+  models=()
+  local s f
+  for s in ${2//,/ }; do
+    f=$s.q4_0.gguf
+    [ -f "$1/$f" ] || /tmp/ferrolm-new make-gguf --shape "$s" --type q4_0 --out "$1/$f" \
+      --tokenizer-from tests/fixtures/tokenizer/spm_tiny.gguf > /dev/null
+    models+=("$f")
+  done
+}

@@ -17,13 +17,7 @@ device_env "$out"
 xz -dc .bench/ferrolm.xz > /tmp/ferrolm-new && chmod +x /tmp/ferrolm-new
 www=$HOME/www
 mkdir -p "$www" && cp "$here/bench.html" "$www/"
-models=()
-for s in ${shapes//,/ }; do
-  f=$s.q4_0.gguf
-  [ -f "$www/$f" ] || /tmp/ferrolm-new make-gguf --shape "$s" --type q4_0 --out "$www/$f" \
-    --tokenizer-from tests/fixtures/tokenizer/spm_tiny.gguf > /dev/null
-  models+=("$f")
-done
+bench_models "$www" "$shapes"
 list=$(IFS=,; echo "${models[*]}")
 i=0
 for v in $variants; do

@@ -24,14 +24,7 @@ if [ -f .bench/ferrolm-base.xz ]; then xz -dc .bench/ferrolm-base.xz > /tmp/ferr
 www=$HOME/www
 mkdir -p "$www"
 cp -r pkg "$www/" && cp "$here/bench.html" "$www/"
-models=()
-for s in ${shapes//,/ }; do
-  f=$s.q4_0.gguf
-  # The vocabulary only has to exist (the bench feeds ids): the tiny fixture one, padded.
-  [ -f "$www/$f" ] || /tmp/ferrolm-new make-gguf --shape "$s" --type q4_0 --out "$www/$f" \
-    --tokenizer-from tests/fixtures/tokenizer/spm_tiny.gguf > /dev/null
-  models+=("$f")
-done
+bench_models "$www" "$shapes"
 tag() { python3 -c 'import json,sys; [print(json.dumps({**json.loads(l), "binary": sys.argv[1]})) for l in sys.stdin if l.startswith("{")]' "$1"; }
 : > "$out/native.jsonl"
 for f in "${models[@]}"; do
