@@ -686,20 +686,33 @@ fn heads(hd: usize, nh: usize, nkv: usize, ctx: usize, cap: usize, window: usize
 fn attention_causal_gqa() {
     let g = gpu();
     let mut r = R::new();
-    for (hd, nh, nkv, ctx, t, pos0, window, softcap) in [
-        (64usize, 4usize, 2usize, 200usize, 3usize, 130usize, 0u32, 0f32),
-        (128, 2, 1, 80, 70, 0, 0, 0.0),
-        (256, 2, 2, 40, 2, 30, 8, 5.0),
-        (96, 4, 2, 300, 21, 40, 0, 0.0),
-        (64, 2, 1, 120, 19, 30, 12, 0.0),
+    // Blocks of query rows (attention.wgsl): whole and partial token blocks, groups of 1 to 32
+    // heads a KV head (32: two blocks of 16 heads), one and two value words an invocation (HD
+    // past 128), several 64-key chunks, sliding windows, and every token's keys (encoders).
+    for (hd, nh, nkv, ctx, t, pos0, window, softcap, causal) in [
+        (64usize, 4usize, 2usize, 200usize, 3usize, 130usize, 0u32, 0f32, true),
+        (128, 2, 1, 80, 70, 0, 0, 0.0, true),
+        (256, 2, 2, 40, 2, 30, 8, 5.0, true),
+        (96, 4, 2, 300, 21, 40, 0, 0.0, true),
+        (64, 2, 1, 120, 19, 30, 12, 0.0, true),
+        (64, 9, 3, 700, 38, 600, 0, 0.0, true),
+        (64, 32, 1, 100, 5, 20, 0, 0.0, true),
+        (160, 4, 1, 90, 9, 10, 0, 0.0, true),
+        (64, 6, 2, 150, 70, 0, 0, 0.0, false),
+        (128, 4, 4, 130, 50, 0, 20, 0.0, false),
     ] {
         let (stride, qkv, cache) = attention_inputs(&mut r, hd, nh, nkv, ctx, t);
         let (kcache, vcache) = cache.split_at(nkv * ctx * hd);
         let scale = 1.0 / (hd as f64).sqrt();
         let mut want = vec![0f32; t * nh * hd];
         for tt in 0..t {
-            let end = pos0 + tt + 1;
-            let start = if window > 0 && end > window as usize { end - window as usize } else { 0 };
+            let pos = pos0 + tt;
+            let end = match (causal, window) {
+                (true, _) => pos + 1,
+                (false, 0) => pos0 + t,
+                (false, w) => (pos0 + t).min(pos + w as usize),
+            };
+            let start = if window > 0 && pos + 1 > window as usize { pos + 1 - window as usize } else { 0 };
             for h in 0..nh {
                 let qv = &qkv[tt * stride + h * hd..][..hd];
                 let o = cpu_attention(qv, kcache, vcache, h / (nh / nkv), ctx, start..end, scale, softcap);
@@ -712,13 +725,13 @@ fn attention_causal_gqa() {
         let f32_only = Caps { matrix_units: false, ..Caps::of(&g) };
         let splits =
             attention::KeySplits { part: &poisoned(&g, 4), keys: attention::split_keys(ctx, nh, t), max_tokens: t };
-        run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| attention::prefill(rec, h, true, (&qb, &kvb, &ob), splits));
+        run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits));
         assert_close(
             &read(&g, &ob, want.len()),
             &want,
             1e-4,
             1e-4,
-            &format!("attention hd={hd} t={t} pos0={pos0} window={window} softcap={softcap}"),
+            &format!("attention hd={hd} nh={nh} nkv={nkv} t={t} pos0={pos0} window={window} softcap={softcap} causal={causal}"),
         );
     }
 }

@@ -5,7 +5,7 @@
 #   scripts/gpu-browser/device-ab.sh OUTDIR "PKG[?QUERY] PKG[?QUERY] ..." [SHAPES] [REPS]
 #     PKG      a package folder in the tree (pkg, .bench/pkg-b); QUERY adds page parameters
 #              (e.g. pkg?maxbatch=512)
-#   Environment: ROUNDS (default 2), MODES (default raw).
+#   Environment: ROUNDS (default 2), MODES (default raw), PP (prompt tokens, default 512).
 #   Carried: as device-bench.sh (.gl, .bench/ferrolm.xz, .bench/chr/chrextra.tar.xz, Chromium
 #   parts in ~/chrparts) and every package folder named.
 set -uo pipefail
@@ -29,7 +29,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
   for v in $variants; do
     extra=""; [ "$v" != "${v#*\?}" ] && extra="&${v#*\?}"
     "$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
-      "bench.html?pkg=pkg$i&models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-raw}$extra" "$out/r$r-v$i" 300 > /dev/null
+      "bench.html?pkg=pkg$i&models=$list&pp=${PP:-512}&tg=128&reps=$reps&modes=${MODES:-raw}$extra" "$out/r$r-v$i" 300 > /dev/null
     python3 - "$out/r$r-v$i/browser.jsonl" "$r" "$v" <<'PY'
 import json, sys
 for l in open(sys.argv[1]):

@@ -100,6 +100,39 @@ pub fn part_floats(context: usize, heads: usize, head_dim: usize, keys: usize, m
     context.div_ceil(keys) * max_tokens * heads * (head_dim + 2)
 }
 
+/// The query rows one workgroup of attention.wgsl (prefill without matrix units) takes: `heads`
+/// of the query heads sharing a KV head times `tokens` consecutive tokens, so that each key and
+/// value is read once for all of them. At most 16 rows, and at most four a value-phase
+/// invocation (256 of them, `head_dim / 2` a row group): 16 up to 128 dimensions, 8 at 256;
+/// the rows' queries in workgroup memory (8 KiB at most).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryRows {
+    pub heads: usize,
+    pub tokens: usize,
+}
+
+impl QueryRows {
+    pub fn of(h: &Heads) -> QueryRows {
+        let mut max_rows = (4 * (256 / (h.head_dim / 2).max(1))).min(16);
+        // Natively, FERROLM_ATTENTION_ROWS=n caps the rows (kernel measurements, not a setting).
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(n) = std::env::var("FERROLM_ATTENTION_ROWS").ok().and_then(|v| v.parse::<usize>().ok()) {
+            max_rows = max_rows.min(n.max(1));
+        }
+        let group = h.heads / h.kv_heads;
+        let heads = (1..=group.min(max_rows)).rev().find(|d| group.is_multiple_of(*d)).unwrap_or(1);
+        QueryRows { heads, tokens: max_rows / heads }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.heads * self.tokens
+    }
+
+    fn blocks_per_kv_head(&self, h: &Heads) -> usize {
+        h.heads / h.kv_heads / self.heads
+    }
+}
+
 /// Prefill: out = softmax(q·kᵀ) · v for every query of the step against the cache (`causal`:
 /// each only up to its own position); on matrix units with the cache's keys in `splits`.
 pub fn prefill(
@@ -112,7 +145,14 @@ pub fn prefill(
     let mut consts = h.consts();
     consts.extend([("QSTRIDE", h.q_stride as f64), ("CAUSAL", flag(causal))]);
     if !h.on_matrix_units(r) {
-        let grid = Grid::PerToken(h.heads as u32);
+        let b = QueryRows::of(&h);
+        consts.extend([
+            ("GH", b.heads as f64),
+            ("QB", b.tokens as f64),
+            ("QS_LEN", (b.rows() * h.head_dim / 4) as f64),
+            ("PS_LEN", (b.rows() * 64) as f64),
+        ]);
+        let grid = Grid::Tiles { n: (h.kv_heads * b.blocks_per_kv_head(&h)) as u32, tile_n: 1, tile_m: b.tokens as u32 };
         r.push("attention", Kernel::Attention, &consts, &[(0, qkv), (1, kv), (2, kv), (3, out)], grid);
         return;
     }
