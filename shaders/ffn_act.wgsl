@@ -3,16 +3,20 @@
 // SiLU (Llama, Qwen, Phi-3), GELU with the tanh approximation (Gemma) or ReLU² (BitNet).
 // F16_OUT (F even): two outputs an invocation, also written in f16 to h16 (pairs packed in
 // words, as to_f16.wgsl would leave them) for the matrix-unit matmul that reads them.
-// Dispatch: Elems(F), or Elems(F / 2) with F16_OUT.
+// I8_OUT (F a multiple of 32): one 32-output block an invocation, written only as the 8-bit
+// matmul reads it (quant_block.wgsl: 16 words a block to h16, its (d, sum) to h8s).
+// Dispatch: Elems(F), Elems(F / 2) with F16_OUT, Elems(F / 32) with I8_OUT.
 
 override F: u32;
 override GELU: bool = false;
 override RELU2: bool = false;
 override F16_OUT: bool = false;
+override I8_OUT: bool = false;
 
 @group(0) @binding(0) var<storage, read> gu: array<f32>;
 @group(0) @binding(1) var<storage, read_write> h: array<f32>;
 @group(0) @binding(2) var<storage, read_write> h16: array<u32>;
+@group(0) @binding(6) var<storage, read_write> h8s: array<vec2<f32>>;
 
 fn glu(i: u32) -> f32 {
     let t = i / F;
@@ -33,6 +37,23 @@ fn glu(i: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
+    if (I8_OUT) {
+        if (i >= step.n_tokens * (F / 32u)) {
+            return;
+        }
+        var v: array<vec4<f32>, 8>;
+        for (var k = 0u; k < 8u; k++) {
+            let e = 32u * i + 4u * k;
+            v[k] = vec4<f32>(glu(e), glu(e + 1u), glu(e + 2u), glu(e + 3u));
+        }
+        let q = quant_block(v);
+        for (var k = 0u; k < 8u; k++) {
+            h16[16u * i + k] = q.c[k];
+            h16[16u * i + 8u + k] = q.f[k];
+        }
+        h8s[i] = q.ds;
+        return;
+    }
     if (F16_OUT) {
         if (i >= step.n_tokens * F / 2u) {
             return;

@@ -3,6 +3,9 @@
 // LAST_ONLY normalizes just the last token's row (the LM head needs nothing else).
 // F16_OUT also writes the rows in f16 to y16 (pairs packed in words, as to_f16.wgsl would leave
 // them) for the matrix-unit matmul that reads them: one pass over the activations fewer.
+// I8_OUT instead writes the rows as the 8-bit matmul reads them (quant_block.wgsl: 16 words a
+// 32-element block to y16, the block's (d, sum) to y8s) and not in f32: one dispatch fewer in
+// front of each 8-bit matmul it feeds.
 
 override H: u32;
 override EPS: f32;
@@ -11,11 +14,13 @@ override LAST_ONLY: bool = false;
 override NW_OFF: u32 = 0u;
 override ADD: bool = false;   // y += result (Gemma's post-norms feed the residual stream)
 override F16_OUT: bool = false;   // H even, not with ADD or LAST_ONLY
+override I8_OUT: bool = false;    // H a multiple of 32, not with ADD or LAST_ONLY
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> vecs: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y16: array<u32>;
+@group(0) @binding(6) var<storage, read_write> y8s: array<vec2<f32>>;
 
 var<workgroup> partial: array<f32, 256>;
 
@@ -43,6 +48,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
     }
     let inv = 1.0 / sqrt(partial[0] / f32(H) + EPS);
+    if (I8_OUT) {
+        let nb = H / 32u;
+        for (var blk = lid; blk < nb; blk += 256u) {
+            var v: array<vec4<f32>, 8>;
+            for (var i = 0u; i < 8u; i++) {
+                let k = 32u * blk + 4u * i;
+                let xv = vec4<f32>(x[row * H + k], x[row * H + k + 1u], x[row * H + k + 2u], x[row * H + k + 3u]);
+                let wv = vec4<f32>(vecs[NW_OFF + k], vecs[NW_OFF + k + 1u], vecs[NW_OFF + k + 2u], vecs[NW_OFF + k + 3u]);
+                v[i] = xv * inv * (wv + NW_OFFSET);
+            }
+            let q = quant_block(v);
+            let b = row * nb + blk;
+            for (var i = 0u; i < 8u; i++) {
+                y16[16u * b + i] = q.c[i];
+                y16[16u * b + 8u + i] = q.f[i];
+            }
+            y8s[b] = q.ds;
+        }
+        return;
+    }
     if (F16_OUT) {
         // Pairs: each word of y16 holds two values of the row.
         for (var p = lid; p < H / 2u; p += 256u) {

@@ -7,7 +7,7 @@ use ferrolm::gpu::Gpu;
 use ferrolm::model::weights::GpuMatrix;
 use ferrolm::ops::attention::{self, Heads};
 use ferrolm::ops::elementwise::{self, NormRows};
-use ferrolm::ops::matmul::{self, MatMul, Tile};
+use ferrolm::ops::matmul::{self, MatMul, Ready, Tile};
 use ferrolm::ops::matvec::{self, Act, Epilogue, MatVec, Merge, Norm};
 use ferrolm::ops::{run_once, sample, Caps, Recorder};
 use ferrolm::weights::pack::Layout;
@@ -205,7 +205,7 @@ fn check_linear(
                     bias: bias_at,
                     accumulate,
                     a16: &a16,
-                    a16_ready: false,
+                    a_ready: false,
                     part: &part,
                     a8: &a8,
                     a8s: &a8s,
@@ -464,11 +464,11 @@ fn rmsnorm_rows_and_last() {
         let yb = poisoned(&g, rows * h);
         let y16b = poisoned(&g, rows * h / 2);
         let n = Norm { at: 2, eps, offset: off };
-        let (x, vecs, y, y16) = (&xb, &wb, &yb, half.then_some(&y16b));
+        let (x, vecs, y, ready) = (&xb, &wb, &yb, half.then_some(Ready::F16(&y16b)));
         run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| {
             elementwise::rmsnorm(
                 rec,
-                NormRows { label: "norm", x, vecs, y, width: h, norm: n, last_only: last, add: false, y16 },
+                NormRows { label: "norm", x, vecs, y, width: h, norm: n, last_only: last, add: false, ready },
             )
         });
         let want: Vec<f32> = if last { norm(t - 1, off) } else { (0..t).flat_map(|i| norm(i, off)).collect() };
@@ -479,6 +479,42 @@ fn rmsnorm_rows_and_last() {
             assert_close(&unpack_f16(&read_u32(&g, &y16b, rows * h / 2)), &want16, 1e-3, 1e-3, &what);
         }
     }
+    // Rows in 8 bits (I8_OUT, for the 8-bit matmul): the very planes quant_rows.wgsl makes of
+    // the f32 rows.
+    let n = Norm { at: 2, eps, offset: 1.0 };
+    let rows = |ready| NormRows {
+        label: "norm",
+        x: &xb,
+        vecs: &wb,
+        y: &xb,
+        width: h,
+        norm: n,
+        last_only: false,
+        add: false,
+        ready,
+    };
+    let yb = poisoned(&g, t * h);
+    run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::rmsnorm(rec, NormRows { y: &yb, ..rows(None) }));
+    let (want, want_s) = planes_of(&g, &yb, t, h);
+    let (q, s) = planes(&g, t, h);
+    let ready = Some(Ready::I8(&q, &s));
+    run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::rmsnorm(rec, NormRows { y: &yb, ..rows(ready) }));
+    assert_eq!(read_u32(&g, &q, t * h / 2), want, "rmsnorm I8_OUT planes");
+    assert_eq!(read_u32(&g, &s, t * h / 16), want_s, "rmsnorm I8_OUT block pairs");
+}
+
+/// Buffers for `t` rows of `k` values in the 8-bit kernel's form: two planes of bytes and a
+/// pair of f32 a 32-value block.
+fn planes(g: &Gpu, t: usize, k: usize) -> (wgpu::Buffer, wgpu::Buffer) {
+    let (q, s) = matmul::a8_bytes(k, t);
+    (poisoned(g, q as usize / 4), poisoned(g, s as usize / 4))
+}
+
+/// quant_rows.wgsl's planes and pairs (as words) of `t` rows of `k` f32 values in `a`.
+fn planes_of(g: &Gpu, a: &wgpu::Buffer, t: usize, k: usize) -> (Vec<u32>, Vec<u32>) {
+    let (q, s) = planes(g, t, k);
+    run(g, Caps::of(g), [t as u32, 0, 0], |rec| matmul::quant_rows(rec, k, a, &q, &s));
+    (read_u32(g, &q, t * k / 2), read_u32(g, &s, t * k / 16))
 }
 
 fn f16_round(v: f32) -> f32 {
@@ -725,7 +761,9 @@ fn attention_causal_gqa() {
         let f32_only = Caps { matrix_units: false, ..Caps::of(&g) };
         let splits =
             attention::KeySplits { part: &poisoned(&g, 4), keys: attention::split_keys(ctx, nh, t), max_tokens: t };
-        run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits));
+        run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| {
+            attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits)
+        });
         assert_close(
             &read(&g, &ob, want.len()),
             &want,
@@ -809,11 +847,12 @@ fn ffn_activations() {
             })
             .collect();
         // Also with the f16 copy (F16_OUT: two outputs an invocation).
+        let gb = buf_f32(&g, &gu);
         for half in [false, true] {
-            let (gb, hb, h16b) = (buf_f32(&g, &gu), poisoned(&g, t * f), poisoned(&g, t * f / 2));
-            let h16 = half.then_some(&h16b);
+            let (hb, h16b) = (poisoned(&g, t * f), poisoned(&g, t * f / 2));
+            let ready = half.then_some(Ready::F16(&h16b));
             run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| {
-                elementwise::glu(rec, f, Act { gelu, relu2: false }, &gb, &hb, h16)
+                elementwise::glu(rec, f, Act { gelu, relu2: false }, &gb, &hb, ready)
             });
             let what = format!("ffn gelu={gelu} f16={half}");
             assert_close(&read(&g, &hb, t * f), &want, 1e-5, 1e-4, &what);
@@ -822,6 +861,21 @@ fn ffn_activations() {
                 assert_close(&unpack_f16(&read_u32(&g, &h16b, t * f / 2)), &want16, 1e-3, 1e-3, &what);
             }
         }
+        // In 8 bits (I8_OUT, rows of whole 32-value blocks: the first 992 outputs of each token's
+        // 1000 as a 992-wide FFN): the planes quant_rows.wgsl makes of the f32 outputs.
+        let f8 = f / 32 * 32;
+        let gu8: Vec<f32> =
+            (0..t).flat_map(|tt| [&gu[tt * 2 * f..][..f8], &gu[tt * 2 * f + f..][..f8]].concat()).collect();
+        let (gb8, hb) = (buf_f32(&g, &gu8), poisoned(&g, t * f8));
+        let act = Act { gelu, relu2: false };
+        run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::glu(rec, f8, act, &gb8, &hb, None));
+        let (want, want_s) = planes_of(&g, &hb, t, f8);
+        let (q, s) = planes(&g, t, f8);
+        run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| {
+            elementwise::glu(rec, f8, act, &gb8, &hb, Some(Ready::I8(&q, &s)))
+        });
+        assert_eq!(read_u32(&g, &q, t * f8 / 2), want, "glu I8_OUT planes gelu={gelu}");
+        assert_eq!(read_u32(&g, &s, t * f8 / 16), want_s, "glu I8_OUT block pairs gelu={gelu}");
     }
 }
 

@@ -43,6 +43,7 @@ const MATMUL_TILE: File = shader!("matmul_tile.wgsl");
 const MATMUL_F16: File = shader!("matmul_f16.wgsl");
 const ROPE: File = shader!("rope.wgsl");
 const PACK_H2: File = shader!("pack_h2.wgsl");
+const QUANT_BLOCK: File = shader!("quant_block.wgsl");
 const I8_SMX: File = shader!("i8_smx.wgsl");
 const I8_DOT: File = shader!("i8_dot.wgsl");
 /// `enable` directives of the matrix-unit kernels and of to_f16.wgsl; they must open the
@@ -214,7 +215,9 @@ impl Kernel {
                 Some(Read),
             ],
             Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
-            Kernel::RmsNorm => &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::RmsNorm => {
+                &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform), Some(ReadWrite)]
+            }
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
             Kernel::Attention => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
             Kernel::AttentionCoop => {
@@ -225,7 +228,9 @@ impl Kernel {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), Some(Uniform), Some(ReadWrite)]
             }
             Kernel::AttnCombine => &[Some(Read), None, None, Some(ReadWrite), None, Some(Uniform)],
-            Kernel::FfnAct => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
+            Kernel::FfnAct => {
+                &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform), Some(ReadWrite)]
+            }
             Kernel::ToF16 => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
             Kernel::Argmax => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::Mask => &[Some(ReadWrite), Some(Read), None, None, None, Some(Uniform)],
@@ -378,6 +383,9 @@ impl Pipelines {
         }
         if matches!(k, Kernel::RmsNorm | Kernel::FfnAct) {
             code.push_str(&PACK_H2.text());
+        }
+        if matches!(k, Kernel::RmsNorm | Kernel::FfnAct | Kernel::QuantRows) {
+            code.push_str(&QUANT_BLOCK.text());
         }
         code.push_str(&src.body.text());
         if self.fused_attention {

@@ -14,7 +14,7 @@ use crate::model::ModelConfig;
 use crate::ops::attention::{self, Heads};
 use crate::ops::deltanet::{self, DeltaNet};
 use crate::ops::elementwise::{self, NormRows};
-use crate::ops::matmul::{self, MatMul};
+use crate::ops::matmul::{self, MatMul, Ready};
 use crate::ops::matvec::{self, Act, Epilogue, MatVec, Merge, Norm, RowRange};
 use crate::ops::sample::{self, Sample, SampleLayout};
 use crate::ops::{Recorder, When};
@@ -330,7 +330,7 @@ impl<'a> Model<'a> {
             bias: None,
             accumulate: false,
             a16: &self.bf.a16,
-            a16_ready: false,
+            a_ready: false,
             part: &self.bf.mm_part,
             a8: &self.bf.a8,
             a8s: &self.bf.a8s,
@@ -338,7 +338,7 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// Prefill: y = norm(x) over rows of `width` (struct update for `add` and `y16`).
+    /// Prefill: y = norm(x) over rows of `width` (struct update for `add` and `ready`).
     fn norm_rows<'b>(
         &self,
         label: &'static str,
@@ -346,14 +346,18 @@ impl<'a> Model<'a> {
         width: usize,
     ) -> NormRows<'b> {
         let norm = self.norm(at);
-        NormRows { label, x, vecs, y, width, norm, last_only: false, add: false, y16: None }
+        NormRows { label, x, vecs, y, width, norm, last_only: false, add: false, ready: None }
     }
 
-    /// The f16 input buffer of a prefill matmul of `w` where it runs on matrix units and its
-    /// input's producer can write it (rows of even width): the conversion pass is then skipped.
-    fn a16_for(&self, r: &Recorder, w: &crate::model::weights::GpuMatrix) -> Option<&'a wgpu::Buffer> {
-        let on_units = matches!(matmul::tile_for(r, w), matmul::Tile::Coop | matmul::Tile::Wide);
-        (on_units && w.cols % 2 == 0).then_some(&self.bf.a16)
+    /// The form the producer of a prefill matmul's input (rmsnorm, glu) also writes it in for
+    /// the matmul's kernel, sparing the conversion pass: f16 on matrix units (rows of even
+    /// width), 8-bit planes for the 8-bit kernel.
+    fn ready_for(&self, r: &Recorder, w: &crate::model::weights::GpuMatrix) -> Option<Ready<'a>> {
+        match matmul::tile_for(r, w) {
+            matmul::Tile::Coop | matmul::Tile::Wide if w.cols % 2 == 0 => Some(Ready::F16(&self.bf.a16)),
+            matmul::Tile::I8 => Some(Ready::I8(&self.bf.a8, &self.bf.a8s)),
+            _ => None,
+        }
     }
 
     /// Layer `i`'s attention geometry.
@@ -497,19 +501,19 @@ impl<'a> Model<'a> {
         let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
         let (out, epilogue) = self.residual();
         let accumulate = epilogue == Epilogue::Add;
-        let qkv16 = self.a16_for(r, &lw.wqkv);
+        let ready = self.ready_for(r, &lw.wqkv);
         elementwise::rmsnorm(
             r,
-            NormRows { y16: qkv16, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.attn_norm, &bf.xn), cfg.hidden) },
+            NormRows { ready, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.attn_norm, &bf.xn), cfg.hidden) },
         );
-        let a16_ready = qkv16.is_some();
+        let a_ready = ready.is_some();
         if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
-            matmul::matmul(r, MatMul { a16_ready, ..self.mm("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
+            matmul::matmul(r, MatMul { a_ready, ..self.mm("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
             deltanet::mix(r, l, self.deltanet(i, lw), true);
             matmul::matmul(r, MatMul { accumulate, ..self.mm("o", &lw.wo, &bf.attn, out, &lw.vecs) });
         } else {
             let bias = off.qkv_bias;
-            matmul::matmul(r, MatMul { bias, a16_ready, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
+            matmul::matmul(r, MatMul { bias, a_ready, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
             let h = self.heads(i);
             self.rope_kv(r, i, h);
             attention::prefill(r, h, cfg.causal, (&bf.qkv, &bf.kv[i], &bf.attn), bf.key_splits());
@@ -526,16 +530,19 @@ impl<'a> Model<'a> {
             matmul::matmul(r, MatMul { bias, accumulate, ..self.mm("o", &lw.wo, o_in, out, &lw.vecs) });
         }
         self.post_norm(r, lw, off.post_attn_norm);
-        let gu16 = self.a16_for(r, &lw.w_gate_up);
+        let ready = self.ready_for(r, &lw.w_gate_up);
         elementwise::rmsnorm(
             r,
-            NormRows { y16: gu16, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden) },
+            NormRows { ready, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden) },
         );
-        let (bias, a16_ready) = (off.gate_up_bias, gu16.is_some());
-        matmul::matmul(r, MatMul { bias, a16_ready, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) });
-        // The GLU writes the down projection's f16 input unless a sub-norm comes between.
-        let down16 = self.a16_for(r, &lw.w_down).filter(|_| off.ffn_sub_norm.is_none());
-        elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h, down16);
+        let (bias, a_ready) = (off.gate_up_bias, ready.is_some());
+        matmul::matmul(r, MatMul { bias, a_ready, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) });
+        // The GLU writes the down projection's input as its kernel reads it, unless a sub-norm
+        // comes between; in f16 only. Its 8-bit form (one invocation a 32-value block, rows read
+        // 128 bytes apart) cost more than the pass it saves: Chromium on the H100, a 512-token
+        // step, GLU 0.43 -> 1.00 ms against "to 8 bits" 0.25 ms saved (1B shape; Phi-3 likewise).
+        let ready = self.ready_for(r, &lw.w_down).filter(|r| off.ffn_sub_norm.is_none() && matches!(r, Ready::F16(_)));
+        elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h, ready);
         let down_in = match off.ffn_sub_norm {
             Some(at) => {
                 elementwise::rmsnorm(r, self.norm_rows("sub norm", (&bf.h, &lw.vecs, at, &bf.gu), cfg.ffn));
@@ -543,11 +550,8 @@ impl<'a> Model<'a> {
             }
             None => &bf.h,
         };
-        let (bias, a16_ready) = (off.down_bias, down16.is_some());
-        matmul::matmul(
-            r,
-            MatMul { bias, accumulate, a16_ready, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) },
-        );
+        let (bias, a_ready) = (off.down_bias, ready.is_some());
+        matmul::matmul(r, MatMul { bias, accumulate, a_ready, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) });
         self.post_norm(r, lw, off.post_ffn_norm);
     }
 
@@ -622,7 +626,7 @@ pub fn build(
         let (x, vecs, y, norm) = (&bf.x, &w.out_vecs, &bf.xlast, m.norm(0));
         elementwise::rmsnorm(
             &mut r,
-            NormRows { label: "norm", x, vecs, y, width: cfg.hidden, norm, last_only: true, add: false, y16: None },
+            NormRows { label: "norm", x, vecs, y, width: cfg.hidden, norm, last_only: true, add: false, ready: None },
         );
         m.lm_head(&mut r, &bf.xlast, false)
     } else {

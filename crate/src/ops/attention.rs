@@ -152,7 +152,8 @@ pub fn prefill(
             ("QS_LEN", (b.rows() * h.head_dim / 4) as f64),
             ("PS_LEN", (b.rows() * 64) as f64),
         ]);
-        let grid = Grid::Tiles { n: (h.kv_heads * b.blocks_per_kv_head(&h)) as u32, tile_n: 1, tile_m: b.tokens as u32 };
+        let grid =
+            Grid::Tiles { n: (h.kv_heads * b.blocks_per_kv_head(&h)) as u32, tile_n: 1, tile_m: b.tokens as u32 };
         r.push("attention", Kernel::Attention, &consts, &[(0, qkv), (1, kv), (2, kv), (3, out)], grid);
         return;
     }

@@ -1,6 +1,7 @@
 //! Per-token kernels: the embedding lookup (embed.wgsl), RMS norms of rows (rmsnorm.wgsl) and
 //! the prefill FFN's gated activation (ffn_act.wgsl).
 
+use super::matmul::Ready;
 use super::matvec::{Act, Norm};
 use super::{flag, Grid, Recorder};
 use crate::gpu::Kernel;
@@ -35,9 +36,10 @@ pub struct NormRows<'a> {
     pub last_only: bool,
     /// y += norm(x) (Gemma's post-norms before the residual).
     pub add: bool,
-    /// Also write the rows in f16 here, for a matrix-unit matmul (`MatMul::a16_ready`); width
-    /// even, not with `add` or `last_only`.
-    pub y16: Option<&'a wgpu::Buffer>,
+    /// Also write the rows as this matmul kernel reads them (`MatMul::a_ready`): in f16 (width
+    /// even) or in 8 bits (width a multiple of 32, and then not in f32 to `y`); not with `add`
+    /// or `last_only`.
+    pub ready: Option<Ready<'a>>,
 }
 
 pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
@@ -48,22 +50,39 @@ pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
         ("NW_OFF", n.norm.at as f64),
         ("NW_OFFSET", n.norm.offset as f64),
         ("ADD", flag(n.add)),
-        ("F16_OUT", flag(n.y16.is_some())),
     ];
-    assert!(n.y16.is_none() || (n.width % 2 == 0 && !n.add && !n.last_only), "f16 rows: even width, no add");
+    let [f16, i8] = Ready::flags(n.ready);
+    let consts = [&consts[..], &[("F16_OUT", f16), ("I8_OUT", i8)]].concat();
+    let width_fits = match n.ready {
+        Some(Ready::F16(_)) => n.width % 2 == 0,
+        Some(Ready::I8(..)) => n.width % 32 == 0,
+        None => true,
+    };
+    assert!(
+        n.ready.is_none() || (width_fits && !n.add && !n.last_only),
+        "matmul-ready rows: whole pairs or blocks, no add"
+    );
     let grid = if n.last_only { Grid::Fixed(1) } else { Grid::Tokens };
-    let unused = r.unused.clone();
-    let y16 = n.y16.unwrap_or(&unused);
-    r.push(n.label, Kernel::RmsNorm, &consts, &[(0, n.x), (1, n.vecs), (2, n.y), (3, y16)], grid);
+    let unused = [r.unused.clone(), r.unused2.clone()];
+    let (y3, y6) = Ready::buffers(n.ready, [&unused[0], &unused[1]]);
+    r.push(n.label, Kernel::RmsNorm, &consts, &[(0, n.x), (1, n.vecs), (2, n.y), (3, y3), (6, y6)], grid);
 }
 
-/// h = act(gate) * up for rows [gate; up] of `2 * ffn` values a token; with `h16` (`ffn` even)
-/// also in f16 there, for a matrix-unit matmul (`MatMul::a16_ready`).
-pub fn glu(r: &mut Recorder, ffn: usize, act: Act, gu: &wgpu::Buffer, h: &wgpu::Buffer, h16: Option<&wgpu::Buffer>) {
-    assert!(h16.is_none() || ffn % 2 == 0, "f16 rows: even width");
-    let mut consts = vec![("F", ffn as f64), ("F16_OUT", flag(h16.is_some()))];
+/// h = act(gate) * up for rows [gate; up] of `2 * ffn` values a token; with `ready` also as
+/// the next matmul's kernel reads it (`MatMul::a_ready`): in f16 (`ffn` even), or in 8 bits
+/// (`ffn` a multiple of 32, and then not in f32 to `h`).
+pub fn glu(r: &mut Recorder, ffn: usize, act: Act, gu: &wgpu::Buffer, h: &wgpu::Buffer, ready: Option<Ready>) {
+    let [f16, i8] = Ready::flags(ready);
+    let per = match ready {
+        Some(Ready::F16(_)) => 2,
+        Some(Ready::I8(..)) => 32,
+        None => 1,
+    };
+    assert!(ffn % per == 0, "matmul-ready rows: whole pairs or blocks");
+    let mut consts = vec![("F", ffn as f64), ("F16_OUT", f16), ("I8_OUT", i8)];
     consts.extend(act.consts());
-    let grid = Grid::Elems(if h16.is_some() { ffn / 2 } else { ffn } as u32);
-    let unused = r.unused.clone();
-    r.push("glu", Kernel::FfnAct, &consts, &[(0, gu), (1, h), (2, h16.unwrap_or(&unused))], grid);
+    let grid = Grid::Elems((ffn / per) as u32);
+    let unused = [r.unused.clone(), r.unused2.clone()];
+    let (h2, h6) = Ready::buffers(ready, [&unused[0], &unused[1]]);
+    r.push("glu", Kernel::FfnAct, &consts, &[(0, gu), (1, h), (2, h2), (6, h6)], grid);
 }

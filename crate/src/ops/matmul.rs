@@ -1,9 +1,9 @@
 //! Prefill matrix products, c (+)= a · Wᵀ (+ bias), over output tiles of weight rows × tokens:
 //! in f32 on any adapter (matmul.wgsl), or on matrix units (matmul_coop.wgsl, 64×64 tiles;
 //! matmul_coop_wide.wgsl, 128×128, split in ranges of K where rows are long and tiles few) from
-//! a in f16, as its producer (rmsnorm, ffn_act: `a16_ready`) or to_f16.wgsl leaves it; or, in
-//! browsers with 8-bit subgroup matrices, quantized weights times a in 8 bits (matmul_i8.wgsl,
-//! after quant_rows.wgsl).
+//! a in f16, as its producer (rmsnorm, ffn_act: `Ready`) or to_f16.wgsl leaves it; or, in
+//! browsers with 8-bit subgroup matrices, quantized weights times a in 8 bits (matmul_i8.wgsl),
+//! as its producer or quant_rows.wgsl leaves it.
 
 use super::{flag, Grid, Recorder};
 use crate::gpu::Kernel;
@@ -83,6 +83,32 @@ pub fn a8_bytes(width: usize, max_tokens: usize) -> (u64, u64) {
 /// the products of one block.
 pub const I8_WORKGROUP_STORAGE: usize = 32 * 1024;
 
+/// The form a prefill matmul's producer (rmsnorm.wgsl, ffn_act.wgsl) also writes its output in
+/// for the matmul's kernel, which then needs no conversion pass: f16 for matrix units, the two
+/// 8-bit planes and their blocks' pairs for matmul_i8.wgsl.
+#[derive(Clone, Copy)]
+pub enum Ready<'a> {
+    F16(&'a wgpu::Buffer),
+    I8(&'a wgpu::Buffer, &'a wgpu::Buffer),
+}
+
+impl<'a> Ready<'a> {
+    /// What the producer binds for it: (slot 3 or 2 of its kernel, slot 6), the two distinct
+    /// placeholders `unused` where none.
+    pub fn buffers(r: Option<Self>, unused: [&'a wgpu::Buffer; 2]) -> (&'a wgpu::Buffer, &'a wgpu::Buffer) {
+        match r {
+            Some(Ready::F16(b)) => (b, unused[1]),
+            Some(Ready::I8(q, s)) => (q, s),
+            None => (unused[0], unused[1]),
+        }
+    }
+
+    /// The producer's (F16_OUT, I8_OUT) flags.
+    pub fn flags(r: Option<Self>) -> [f64; 2] {
+        [flag(matches!(r, Some(Ready::F16(_)))), flag(matches!(r, Some(Ready::I8(..))))]
+    }
+}
+
 /// Which kernel a prefill matmul takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tile {
@@ -109,8 +135,9 @@ pub struct MatMul<'a> {
     pub accumulate: bool,
     /// The f16 copy of `a` the matrix-unit kernels read (`a16_elems` long).
     pub a16: &'a wgpu::Buffer,
-    /// `a16` already holds `a` (written by the kernel that produced it: rmsnorm, glu).
-    pub a16_ready: bool,
+    /// `a16`, or `a8` and `a8s` for the 8-bit kernel, already hold `a` (written by the kernel
+    /// that produced it: rmsnorm, glu, as `Ready` asked them).
+    pub a_ready: bool,
     /// Split-K partial products (`part_elems` long).
     pub part: &'a wgpu::Buffer,
     /// `a` in 8 bits and its blocks' (scale, scaled sum) for the 8-bit kernel (`a8_bytes`).
@@ -146,6 +173,13 @@ pub fn tile_for(r: &Recorder, w: &GpuMatrix) -> Tile {
     }
 }
 
+/// Rows of `k` f32 values (a multiple of 32) of `a` into the 8-bit kernel's planes `a8` and the
+/// blocks' pairs `a8s` (quant_rows.wgsl).
+pub fn quant_rows(r: &mut Recorder, k: usize, a: &wgpu::Buffer, a8: &wgpu::Buffer, a8s: &wgpu::Buffer) {
+    let bufs = [(0, a), (1, a8), (2, a8s)];
+    r.push("to 8 bits", Kernel::QuantRows, &[("K", k as f64)], &bufs, Grid::Elems(k as u32 / 32));
+}
+
 pub fn matmul(r: &mut Recorder, m: MatMul) {
     let w = m.w;
     let [l0, l1, l2] = w.layout_constants();
@@ -173,13 +207,14 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
     if tile == Tile::I8 {
         r.workgroup_bytes(I8_WORKGROUP_STORAGE);
         let k = w.cols as u32;
-        let bufs = [(0, m.a), (1, m.a8), (2, m.a8s)];
-        r.push("to 8 bits", Kernel::QuantRows, &[("K", k as f64)], &bufs, Grid::Elems(k / 32));
+        if !m.a_ready {
+            quant_rows(r, k as usize, m.a, m.a8, m.a8s);
+        }
         let bufs = [(0, &w.words), (1, &w.meta), (2, m.a8), (3, m.c), (4, m.vecs), (6, m.a8s)];
         r.push(m.label, kernel, &consts, &bufs, grid);
         return;
     }
-    if tile != Tile::F32 && !m.a16_ready {
+    if tile != Tile::F32 && !m.a_ready {
         let grid = Grid::Elems(w.cols.div_ceil(4) as u32);
         r.push("to f16", Kernel::ToF16, &[("N", w.cols as f64)], &[(0, m.a), (1, m.a16)], grid);
     }

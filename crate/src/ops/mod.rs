@@ -269,20 +269,25 @@ pub struct Recorder<'a> {
     /// Set when a kernel would need more workgroup memory than the adapter has (wgpu does not
     /// check it natively; browsers refuse the pipeline).
     too_big: Option<usize>,
-    /// Bound where a kernel's variant leaves a binding unused: browsers refuse a writable
-    /// buffer bound twice in one dispatch.
+    /// Bound where a kernel's variant leaves a binding unused, two of them where it leaves two:
+    /// browsers refuse a writable buffer bound twice in one dispatch.
     pub unused: wgpu::Buffer,
+    pub unused2: wgpu::Buffer,
 }
 
 impl<'a> Recorder<'a> {
     pub fn new(gpu: &'a Gpu, step: &'a wgpu::Buffer) -> Recorder<'a> {
-        let unused = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("unused binding"),
-            size: 16,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
-        Recorder { gpu, caps: Caps::of(gpu), step, ops: Vec::new(), filter: Filter::ALWAYS, too_big: None, unused }
+        let placeholder = || {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("unused binding"),
+                size: 16,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let (unused, unused2) = (placeholder(), placeholder());
+        let (caps, ops, filter) = (Caps::of(gpu), Vec::new(), Filter::ALWAYS);
+        Recorder { gpu, caps, step, ops, filter, too_big: None, unused, unused2 }
     }
 
     /// A dispatch of `kernel` with override constants `consts` and buffers at their bindings.
