@@ -3,9 +3,10 @@
 // SiLU (Llama, Qwen, Phi-3), GELU with the tanh approximation (Gemma) or ReLU² (BitNet).
 // F16_OUT (F even): two outputs an invocation, also written in f16 to h16 (pairs packed in
 // words, as to_f16.wgsl would leave them) for the matrix-unit matmul that reads them.
-// I8_OUT (F a multiple of 32): one 32-output block an invocation, written only as the 8-bit
-// matmul reads it (quant_block.wgsl: 16 words a block to h16, its (d, sum) to h8s).
-// Dispatch: Elems(F), Elems(F / 2) with F16_OUT, Elems(F / 32) with I8_OUT.
+// I8_OUT (F a multiple of 32): four outputs an invocation, eight a 32-output block
+// (quant_block.wgsl quant_part), written only as the 8-bit matmul reads them: 16 words a block
+// to h16, its (d, sum) to h8s.
+// Dispatch: Elems(F), Elems(F / 2) with F16_OUT, Elems(F / 4) with I8_OUT.
 
 override F: u32;
 override GELU: bool = false;
@@ -35,23 +36,22 @@ fn glu(i: u32) -> f32 {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
     let i = gid.x + gid.y * nwg.x * 256u;
     if (I8_OUT) {
-        if (i >= step.n_tokens * (F / 32u)) {
-            return;
+        // No early return: every invocation takes part in its block's reduction.
+        let n = step.n_tokens * (F / 4u);
+        let e = 4u * min(i, n - 1u);
+        let q = quant_part(vec4<f32>(glu(e), glu(e + 1u), glu(e + 2u), glu(e + 3u)), lid);
+        if (i < n) {
+            let b = i / 8u;
+            h16[16u * b + i % 8u] = q.c;
+            h16[16u * b + 8u + i % 8u] = q.f;
+            if (i % 8u == 0u) {
+                h8s[b] = q.ds;
+            }
         }
-        var v: array<vec4<f32>, 8>;
-        for (var k = 0u; k < 8u; k++) {
-            let e = 32u * i + 4u * k;
-            v[k] = vec4<f32>(glu(e), glu(e + 1u), glu(e + 2u), glu(e + 3u));
-        }
-        let q = quant_block(v);
-        for (var k = 0u; k < 8u; k++) {
-            h16[16u * i + k] = q.c[k];
-            h16[16u * i + 8u + k] = q.f[k];
-        }
-        h8s[i] = q.ds;
         return;
     }
     if (F16_OUT) {

@@ -29,3 +29,37 @@ fn quant_block(v: array<vec4<f32>, 8>) -> QBlock {
     q.ds = vec2<f32>(amax / (127.0 * 254.0), sum);
     return q;
 }
+
+// The same block taken by eight invocations, four values each: invocation `lid` holds part
+// lid % 8 (values 4 (lid % 8) .. + 3) of its workgroup's block lid / 8, and gets that part's
+// coarse and fine words (words lid % 8 of each plane) and the block's (d, sum), bit for bit
+// those of quant_block (the same maximum, the block sum in the same order). Neighbouring
+// invocations read neighbouring values, where one invocation a block read 128 bytes apart.
+// Every invocation of the 256-wide workgroup must call it (barriers).
+var<workgroup> qpart_sh: array<vec2<f32>, 256>;
+
+struct QPart {
+    c: u32,
+    f: u32,
+    ds: vec2<f32>,
+}
+
+fn quant_part(v: vec4<f32>, lid: u32) -> QPart {
+    let a = abs(v);
+    qpart_sh[lid] = vec2<f32>(max(max(a.x, a.y), max(a.z, a.w)), v.x + v.y + v.z + v.w);
+    workgroupBarrier();
+    let b0 = lid - lid % 8u;
+    var amax = 0.0;
+    var sum = 0.0;
+    for (var i = 0u; i < 8u; i++) {
+        let p = qpart_sh[b0 + i];
+        amax = max(amax, p.x);
+        sum += p.y;
+    }
+    workgroupBarrier();   // the next call's writes after every read of this one
+    let inv = select(0.0, 127.0 / amax, amax > 0.0);
+    let sc = v * inv;
+    let r = round(sc);
+    return QPart(pack4xI8(vec4<i32>(r)), pack4xI8(vec4<i32>(round((sc - r) * 254.0))),
+                 vec2<f32>(amax / (127.0 * 254.0), sum));
+}

@@ -49,22 +49,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     let inv = 1.0 / sqrt(partial[0] / f32(H) + EPS);
     if (I8_OUT) {
+        // 32 blocks a pass, eight invocations a block (quant_part).
         let nb = H / 32u;
-        for (var blk = lid; blk < nb; blk += 256u) {
-            var v: array<vec4<f32>, 8>;
-            for (var i = 0u; i < 8u; i++) {
-                let k = 32u * blk + 4u * i;
-                let xv = vec4<f32>(x[row * H + k], x[row * H + k + 1u], x[row * H + k + 2u], x[row * H + k + 3u]);
-                let wv = vec4<f32>(vecs[NW_OFF + k], vecs[NW_OFF + k + 1u], vecs[NW_OFF + k + 2u], vecs[NW_OFF + k + 3u]);
-                v[i] = xv * inv * (wv + NW_OFFSET);
+        let part = lid % 8u;
+        for (var b0 = 0u; b0 < nb; b0 += 32u) {
+            let blk = b0 + lid / 8u;
+            let on = blk < nb;
+            let k = 32u * min(blk, nb - 1u) + 4u * part;
+            let xv = vec4<f32>(x[row * H + k], x[row * H + k + 1u], x[row * H + k + 2u], x[row * H + k + 3u]);
+            let wv = vec4<f32>(vecs[NW_OFF + k], vecs[NW_OFF + k + 1u], vecs[NW_OFF + k + 2u], vecs[NW_OFF + k + 3u]);
+            let q = quant_part(xv * inv * (wv + NW_OFFSET), lid);
+            if (on) {
+                let b = row * nb + blk;
+                y16[16u * b + part] = q.c;
+                y16[16u * b + 8u + part] = q.f;
+                if (part == 0u) {
+                    y8s[b] = q.ds;
+                }
             }
-            let q = quant_block(v);
-            let b = row * nb + blk;
-            for (var i = 0u; i < 8u; i++) {
-                y16[16u * b + i] = q.c[i];
-                y16[16u * b + 8u + i] = q.f[i];
-            }
-            y8s[b] = q.ds;
         }
         return;
     }

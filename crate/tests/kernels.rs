@@ -479,28 +479,37 @@ fn rmsnorm_rows_and_last() {
             assert_close(&unpack_f16(&read_u32(&g, &y16b, rows * h / 2)), &want16, 1e-3, 1e-3, &what);
         }
     }
-    // Rows in 8 bits (I8_OUT, for the 8-bit matmul): the very planes quant_rows.wgsl makes of
-    // the f32 rows.
-    let n = Norm { at: 2, eps, offset: 1.0 };
-    let rows = |ready| NormRows {
-        label: "norm",
-        x: &xb,
-        vecs: &wb,
-        y: &xb,
-        width: h,
-        norm: n,
-        last_only: false,
-        add: false,
-        ready,
-    };
-    let yb = poisoned(&g, t * h);
-    run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::rmsnorm(rec, NormRows { y: &yb, ..rows(None) }));
-    let (want, want_s) = planes_of(&g, &yb, t, h);
-    let (q, s) = planes(&g, t, h);
-    let ready = Some(Ready::I8(&q, &s));
-    run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::rmsnorm(rec, NormRows { y: &yb, ..rows(ready) }));
-    assert_eq!(read_u32(&g, &q, t * h / 2), want, "rmsnorm I8_OUT planes");
-    assert_eq!(read_u32(&g, &s, t * h / 16), want_s, "rmsnorm I8_OUT block pairs");
+}
+
+/// Rows in 8 bits (rmsnorm.wgsl I8_OUT, for the 8-bit matmul): the very planes quant_rows.wgsl
+/// makes of the f32 rows, for rows of one partial pass of 32 blocks and of two.
+#[test]
+fn rmsnorm_rows_in_8_bits() {
+    let g = gpu();
+    let mut r = R::new();
+    for h in [576, 1088] {
+        let t = 3;
+        let (xb, wb) = (buf_f32(&g, &r.vec(t * h)), buf_f32(&g, &[vec![7.0; 2], r.vec(h)].concat()));
+        let norm = Norm { at: 2, eps: 1e-5, offset: 1.0 };
+        let rows = |y, ready| NormRows {
+            label: "norm",
+            x: &xb,
+            vecs: &wb,
+            y,
+            width: h,
+            norm,
+            last_only: false,
+            add: false,
+            ready,
+        };
+        let yb = poisoned(&g, t * h);
+        run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::rmsnorm(rec, rows(&yb, None)));
+        let (want, want_s) = planes_of(&g, &yb, t, h);
+        let (q, s) = planes(&g, t, h);
+        run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::rmsnorm(rec, rows(&yb, Some(Ready::I8(&q, &s)))));
+        assert_eq!(read_u32(&g, &q, t * h / 2), want, "rmsnorm I8_OUT planes, width {h}");
+        assert_eq!(read_u32(&g, &s, t * h / 16), want_s, "rmsnorm I8_OUT block pairs, width {h}");
+    }
 }
 
 /// Buffers for `t` rows of `k` values in the 8-bit kernel's form: two planes of bytes and a

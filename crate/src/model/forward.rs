@@ -538,10 +538,8 @@ impl<'a> Model<'a> {
         let (bias, a_ready) = (off.gate_up_bias, ready.is_some());
         matmul::matmul(r, MatMul { bias, a_ready, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) });
         // The GLU writes the down projection's input as its kernel reads it, unless a sub-norm
-        // comes between; in f16 only. Its 8-bit form (one invocation a 32-value block, rows read
-        // 128 bytes apart) cost more than the pass it saves: Chromium on the H100, a 512-token
-        // step, GLU 0.43 -> 1.00 ms against "to 8 bits" 0.25 ms saved (1B shape; Phi-3 likewise).
-        let ready = self.ready_for(r, &lw.w_down).filter(|r| off.ffn_sub_norm.is_none() && matches!(r, Ready::F16(_)));
+        // comes between.
+        let ready = self.ready_for(r, &lw.w_down).filter(|_| off.ffn_sub_norm.is_none());
         elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h, ready);
         let down_in = match off.ffn_sub_norm {
             Some(at) => {

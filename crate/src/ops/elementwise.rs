@@ -73,12 +73,12 @@ pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
 /// (`ffn` a multiple of 32, and then not in f32 to `h`).
 pub fn glu(r: &mut Recorder, ffn: usize, act: Act, gu: &wgpu::Buffer, h: &wgpu::Buffer, ready: Option<Ready>) {
     let [f16, i8] = Ready::flags(ready);
-    let per = match ready {
-        Some(Ready::F16(_)) => 2,
-        Some(Ready::I8(..)) => 32,
-        None => 1,
+    let (per, whole) = match ready {
+        Some(Ready::F16(_)) => (2, 2),
+        Some(Ready::I8(..)) => (4, 32),
+        None => (1, 1),
     };
-    assert!(ffn % per == 0, "matmul-ready rows: whole pairs or blocks");
+    assert!(ffn % whole == 0, "matmul-ready rows: whole pairs or blocks");
     let mut consts = vec![("F", ffn as f64), ("F16_OUT", f16), ("I8_OUT", i8)];
     consts.extend(act.consts());
     let grid = Grid::Elems((ffn / per) as u32);
