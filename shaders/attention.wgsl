@@ -128,6 +128,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     for (var c = lo; c < hi; c += CH) {
         let j = c + kj;
         var d = vec4<f32>(0.0);   // rows rq + 4i
+        let nq = (R + 3u) / 4u;   // rows rq + 4i past R: none to score
         if (j < hi) {
             let kb = (kv_row0 + j % CAP) * n4;
             var kw = k_cache[kb];
@@ -135,7 +136,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
                 let next = k_cache[kb + min(i + 1u, n4 - 1u)];   // one piece ahead
                 let k0 = vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y));
                 let k1 = vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w));
-                for (var ri = 0u; ri < 4u; ri++) {
+                for (var ri = 0u; ri < nq; ri++) {
                     let r = min(rq + 4u * ri, R - 1u);
                     d[ri] += dot(q_sh[r * hd4 + 2u * i], k0) + dot(q_sh[r * hd4 + 2u * i + 1u], k1);
                 }
@@ -210,7 +211,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
                 let v6 = unpack2x16float(vb.z);
                 let v7 = unpack2x16float(vb.w);
                 for (var ri = 0u; ri < nr; ri++) {
-                    // Keys past n have p = 0 (never scored) and value words 0.
+                    // Keys past n weigh 0 (scored NEG) and their value words read as 0.
                     let b = min(g + ri * rg, R - 1u) * CH + i0;
                     let p0 = vec4<f32>(p_sh[b], p_sh[b + 1u], p_sh[b + 2u], p_sh[b + 3u]);
                     let p1 = vec4<f32>(p_sh[b + 4u], p_sh[b + 5u], p_sh[b + 6u], p_sh[b + 7u]);

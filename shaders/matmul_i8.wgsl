@@ -3,8 +3,8 @@
 // f16: C[m, n] (+)= sum over 32-element blocks b of
 //   scale_w[n, b] * d_a[m, b] * (q_a[m, b] . q_w[n, b]) + offset_w[n, b] * sum_a[m, b]
 // where the weights' integers are those of their quantized layout (Q4 nibbles 0..15 or Q8
-// bytes, value = q * scale + offset) and quant_rows.wgsl left the activations as 254 c + f in
-// two planes of bytes (about 15 bits a value) with their scale d_a and exact sum per block.
+// bytes, value = q * scale + offset) and the activations' producer (rmsnorm.wgsl, ffn_act.wgsl
+// I8_OUT) or quant_rows.wgsl left them as 254 c + f in two planes of bytes (about 15 bits a value) with their scale d_a and exact sum per block.
 // Each block's integer product (254 c . q_w + f . q_w, two matrix products) is exact in i32, so
 // the result is that of the weights as stored and the activations to 15 bits per block, as the
 // decode matvecs with integer dot products compute it.

@@ -732,8 +732,9 @@ fn attention_causal_gqa() {
     let g = gpu();
     let mut r = R::new();
     // Blocks of query rows (attention.wgsl): whole and partial token blocks, groups of 1 to 32
-    // heads a KV head (32: two blocks of 16 heads), one and two value words an invocation (HD
-    // past 128), several 64-key chunks, sliding windows, and every token's keys (encoders).
+    // heads a KV head (32: two blocks of 16 heads), 1 to 4 rows a value-phase invocation (HD 32
+    // to 256, 160 with 12 rows), several 64-key chunks, sliding windows, and every token's keys
+    // (encoders).
     for (hd, nh, nkv, ctx, t, pos0, window, softcap, causal) in [
         (64usize, 4usize, 2usize, 200usize, 3usize, 130usize, 0u32, 0f32, true),
         (128, 2, 1, 80, 70, 0, 0, 0.0, true),
@@ -743,6 +744,7 @@ fn attention_causal_gqa() {
         (64, 9, 3, 700, 38, 600, 0, 0.0, true),
         (64, 32, 1, 100, 5, 20, 0, 0.0, true),
         (160, 4, 1, 90, 9, 10, 0, 0.0, true),
+        (32, 4, 2, 140, 33, 70, 0, 0.0, true),
         (64, 6, 2, 150, 70, 0, 0, 0.0, false),
         (128, 4, 4, 130, 50, 0, 20, 0.0, false),
     ] {
