@@ -5,7 +5,8 @@
 # OUTDIR.
 #   scripts/gpu-browser/device-bench.sh OUTDIR [SHAPES] [REPS]
 #     SHAPES  make-gguf shapes, comma-separated (default smollm2-135m,llama-3.2-1b,phi-3-mini), Q4_0
-#   Environment: MODES (bench.html modes), FLOOR=1 (also the raw-WebGPU dispatch floor),
+#   Environment: MODES (bench.html modes), FLOOR=1 (also the raw-WebGPU dispatch floor), SMX=1
+#   (also the raw rate of Chromium's 8-bit subgroup matrices),
 #   INFLIGHTS=2,8 (the raw mode's greedy loop again with that many decode steps in flight, in
 #   the browser and natively)
 #   Carried: .gl (Vulkan loader debs), .bench/ferrolm.xz (release binary), optional
@@ -40,5 +41,5 @@ done
 list=$(IFS=,; echo "${models[*]}")
 mkdir -p ~/chrparts && cp .bench/chr/chr.a* ~/chrparts/ 2>/dev/null
 "$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
-  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-greedy,sampled,raw,rawsampled}&floor=${FLOOR:-0}&inflights=${INFLIGHTS:-}" "$out" 420
+  "bench.html?models=$list&pp=512&tg=128&reps=$reps&modes=${MODES:-greedy,sampled,raw,rawsampled}&floor=${FLOOR:-0}&smx=${SMX:-0}&inflights=${INFLIGHTS:-}" "$out" 420
 python3 "$here/summarize.py" "$out" | tee "$out/summary.txt"

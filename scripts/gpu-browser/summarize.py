@@ -36,6 +36,14 @@ for j in lines("browser.jsonl"):
         for f in j["floor"]:
             v = f" ({f['variant']})" if f.get("variant") else ""
             print(f"  {f['dispatches']:4d} dispatches/step{v}: {f['wall_ms_per_step']:.3f} ms/step wall, {f['cpu_ms_per_step']:.3f} ms/step to encode and submit")
+    elif "smx" in j or "smxError" in j:
+        # bench.html's raw-WebGPU rate of Chromium's 8-bit subgroup matrices (no ferrolm code).
+        print("browser 8-bit subgroup matrices (raw WebGPU):", j.get("smxError", ""))
+        for c in j.get("smx", []) if isinstance(j.get("smx"), list) else [j.get("smx")]:
+            if c and "tops" in c:
+                print(f"  16x{c['n']}x32 {c['kind']:9s} {c['nacc']} accumulators: {c['tops']:7.0f} int8 TOPS ({c['ms_per_dispatch']:.3f} ms a dispatch)")
+            elif c:
+                print("  ", c)
     elif "runs" in j:
         browser[(j["model"], j["mode"])] = j
     elif "report" in j:
