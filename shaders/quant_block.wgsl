@@ -3,39 +3,13 @@
 // fine bytes f = round((s - c) * 254), and (d, sum x) with d = max|x| / (127 * 254). Shared by
 // quant_rows.wgsl and the kernels that produce a matmul's input (rmsnorm.wgsl, ffn_act.wgsl
 // I8_OUT), so the planes are the same whoever writes them.
-
-struct QBlock {
-    c: array<u32, 8>,
-    f: array<u32, 8>,
-    ds: vec2<f32>,
-}
-
-fn quant_block(v: array<vec4<f32>, 8>) -> QBlock {
-    var amax = 0.0;
-    var sum = 0.0;
-    for (var i = 0u; i < 8u; i++) {
-        let a = abs(v[i]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-        sum += v[i].x + v[i].y + v[i].z + v[i].w;
-    }
-    let inv = select(0.0, 127.0 / amax, amax > 0.0);
-    var q: QBlock;
-    for (var i = 0u; i < 8u; i++) {
-        let sc = v[i] * inv;
-        let r = round(sc);
-        q.c[i] = pack4xI8(vec4<i32>(r));
-        q.f[i] = pack4xI8(vec4<i32>(round((sc - r) * 254.0)));
-    }
-    q.ds = vec2<f32>(amax / (127.0 * 254.0), sum);
-    return q;
-}
-
-// The same block taken by eight invocations, four values each: invocation `lid` holds part
-// lid % 8 (values 4 (lid % 8) .. + 3) of its workgroup's block lid / 8, and gets that part's
-// coarse and fine words (words lid % 8 of each plane) and the block's (d, sum), bit for bit
-// those of quant_block (the same maximum, the block sum in the same order). Neighbouring
-// invocations read neighbouring values, where one invocation a block read 128 bytes apart.
-// Every invocation of the 256-wide workgroup must call it (barriers).
+//
+// Eight invocations take a block, four values each: invocation `lid` holds part lid % 8 (values
+// 4 (lid % 8) .. + 3) of its workgroup's block lid / 8, and gets that part's coarse and fine
+// words (words lid % 8 of each plane; a block is 16 words, c0..c7 then f0..f7) and the block's
+// (d, sum), the sum taken over the parts in order. Neighbouring invocations read neighbouring
+// values (one invocation a block read them 128 bytes apart and cost more than the pass it
+// saved). Every invocation of the 256-wide workgroup must call it (barriers).
 var<workgroup> qpart_sh: array<vec2<f32>, 256>;
 
 struct QPart {

@@ -113,12 +113,13 @@ pub struct QueryRows {
 
 impl QueryRows {
     pub fn of(h: &Heads) -> QueryRows {
-        let mut max_rows = (4 * (256 / (h.head_dim / 2).max(1))).min(16);
+        let max_rows = (4 * (256 / (h.head_dim / 2).max(1))).min(16);
         // Natively, FERROLM_ATTENTION_ROWS=n caps the rows (kernel measurements, not a setting).
         #[cfg(not(target_arch = "wasm32"))]
-        if let Some(n) = std::env::var("FERROLM_ATTENTION_ROWS").ok().and_then(|v| v.parse::<usize>().ok()) {
-            max_rows = max_rows.min(n.max(1));
-        }
+        let max_rows = std::env::var("FERROLM_ATTENTION_ROWS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(max_rows, |n| max_rows.min(n.max(1)));
         let group = h.heads / h.kv_heads;
         let heads = (1..=group.min(max_rows)).rev().find(|d| group.is_multiple_of(*d)).unwrap_or(1);
         QueryRows { heads, tokens: max_rows / heads }

@@ -53,19 +53,13 @@ pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
     ];
     let [f16, i8] = Ready::flags(n.ready);
     let consts = [&consts[..], &[("F16_OUT", f16), ("I8_OUT", i8)]].concat();
-    let width_fits = match n.ready {
-        Some(Ready::F16(_)) => n.width % 2 == 0,
-        Some(Ready::I8(..)) => n.width % 32 == 0,
-        None => true,
-    };
     assert!(
-        n.ready.is_none() || (width_fits && !n.add && !n.last_only),
+        n.ready.is_none() || (n.width % Ready::granule(n.ready) == 0 && !n.add && !n.last_only),
         "matmul-ready rows: whole pairs or blocks, no add"
     );
     let grid = if n.last_only { Grid::Fixed(1) } else { Grid::Tokens };
-    let unused = [r.unused.clone(), r.unused2.clone()];
-    let (y3, y6) = Ready::buffers(n.ready, [&unused[0], &unused[1]]);
-    r.push(n.label, Kernel::RmsNorm, &consts, &[(0, n.x), (1, n.vecs), (2, n.y), (3, y3), (6, y6)], grid);
+    let (y3, y6) = Ready::buffers(n.ready, &r.unused);
+    r.push(n.label, Kernel::RmsNorm, &consts, &[(0, n.x), (1, n.vecs), (2, n.y), (3, &y3), (6, &y6)], grid);
 }
 
 /// h = act(gate) * up for rows [gate; up] of `2 * ffn` values a token; with `ready` also as
@@ -73,16 +67,16 @@ pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
 /// (`ffn` a multiple of 32, and then not in f32 to `h`).
 pub fn glu(r: &mut Recorder, ffn: usize, act: Act, gu: &wgpu::Buffer, h: &wgpu::Buffer, ready: Option<Ready>) {
     let [f16, i8] = Ready::flags(ready);
-    let (per, whole) = match ready {
-        Some(Ready::F16(_)) => (2, 2),
-        Some(Ready::I8(..)) => (4, 32),
-        None => (1, 1),
+    assert!(ffn % Ready::granule(ready) == 0, "matmul-ready rows: whole pairs or blocks");
+    // Outputs an invocation: a pair in f16, a quarter of a block's eight (quant_part) in 8 bits.
+    let per = match ready {
+        Some(Ready::F16(_)) => 2,
+        Some(Ready::I8(..)) => 4,
+        None => 1,
     };
-    assert!(ffn % whole == 0, "matmul-ready rows: whole pairs or blocks");
     let mut consts = vec![("F", ffn as f64), ("F16_OUT", f16), ("I8_OUT", i8)];
     consts.extend(act.consts());
     let grid = Grid::Elems((ffn / per) as u32);
-    let unused = [r.unused.clone(), r.unused2.clone()];
-    let (h2, h6) = Ready::buffers(ready, [&unused[0], &unused[1]]);
-    r.push("glu", Kernel::FfnAct, &consts, &[(0, gu), (1, h), (2, h2), (6, h6)], grid);
+    let (h2, h6) = Ready::buffers(ready, &r.unused);
+    r.push("glu", Kernel::FfnAct, &consts, &[(0, gu), (1, h), (2, &h2), (6, &h6)], grid);
 }

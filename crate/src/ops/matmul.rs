@@ -92,14 +92,23 @@ pub enum Ready<'a> {
     I8(&'a wgpu::Buffer, &'a wgpu::Buffer),
 }
 
-impl<'a> Ready<'a> {
-    /// What the producer binds for it: (slot 3 or 2 of its kernel, slot 6), the two distinct
-    /// placeholders `unused` where none.
-    pub fn buffers(r: Option<Self>, unused: [&'a wgpu::Buffer; 2]) -> (&'a wgpu::Buffer, &'a wgpu::Buffer) {
+impl Ready<'_> {
+    /// What the producer binds for it: (slot 3 or 2 of its kernel, slot 6), the recorder's
+    /// placeholders where none.
+    pub fn buffers(r: Option<Self>, unused: &[wgpu::Buffer; 2]) -> (wgpu::Buffer, wgpu::Buffer) {
         match r {
-            Some(Ready::F16(b)) => (b, unused[1]),
-            Some(Ready::I8(q, s)) => (q, s),
-            None => (unused[0], unused[1]),
+            Some(Ready::F16(b)) => (b.clone(), unused[1].clone()),
+            Some(Ready::I8(q, s)) => (q.clone(), s.clone()),
+            None => (unused[0].clone(), unused[1].clone()),
+        }
+    }
+
+    /// The values a row's length must be a whole number of: f16 pairs, 32-value blocks.
+    pub fn granule(r: Option<Self>) -> usize {
+        match r {
+            Some(Ready::F16(_)) => 2,
+            Some(Ready::I8(..)) => 32,
+            None => 1,
         }
     }
 
@@ -174,10 +183,10 @@ pub fn tile_for(r: &Recorder, w: &GpuMatrix) -> Tile {
 }
 
 /// Rows of `k` f32 values (a multiple of 32) of `a` into the 8-bit kernel's planes `a8` and the
-/// blocks' pairs `a8s` (quant_rows.wgsl).
+/// blocks' pairs `a8s` (quant_rows.wgsl: four values an invocation).
 pub fn quant_rows(r: &mut Recorder, k: usize, a: &wgpu::Buffer, a8: &wgpu::Buffer, a8s: &wgpu::Buffer) {
     let bufs = [(0, a), (1, a8), (2, a8s)];
-    r.push("to 8 bits", Kernel::QuantRows, &[("K", k as f64)], &bufs, Grid::Elems(k as u32 / 32));
+    r.push("to 8 bits", Kernel::QuantRows, &[("K", k as f64)], &bufs, Grid::Elems(k as u32 / 4));
 }
 
 pub fn matmul(r: &mut Recorder, m: MatMul) {
@@ -206,9 +215,8 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
     };
     if tile == Tile::I8 {
         r.workgroup_bytes(I8_WORKGROUP_STORAGE);
-        let k = w.cols as u32;
         if !m.a_ready {
-            quant_rows(r, k as usize, m.a, m.a8, m.a8s);
+            quant_rows(r, w.cols, m.a, m.a8, m.a8s);
         }
         let bufs = [(0, &w.words), (1, &w.meta), (2, m.a8), (3, m.c), (4, m.vecs), (6, m.a8s)];
         r.push(m.label, kernel, &consts, &bufs, grid);

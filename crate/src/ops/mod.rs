@@ -269,10 +269,9 @@ pub struct Recorder<'a> {
     /// Set when a kernel would need more workgroup memory than the adapter has (wgpu does not
     /// check it natively; browsers refuse the pipeline).
     too_big: Option<usize>,
-    /// Bound where a kernel's variant leaves a binding unused, two of them where it leaves two:
-    /// browsers refuse a writable buffer bound twice in one dispatch.
-    pub unused: wgpu::Buffer,
-    pub unused2: wgpu::Buffer,
+    /// Bound where a kernel's variant leaves a binding unused, a distinct one for each of up to
+    /// two: browsers refuse a writable buffer bound twice in one dispatch.
+    pub unused: [wgpu::Buffer; 2],
 }
 
 impl<'a> Recorder<'a> {
@@ -285,9 +284,9 @@ impl<'a> Recorder<'a> {
                 mapped_at_creation: false,
             })
         };
-        let (unused, unused2) = (placeholder(), placeholder());
+        let unused = [placeholder(), placeholder()];
         let (caps, ops, filter) = (Caps::of(gpu), Vec::new(), Filter::ALWAYS);
-        Recorder { gpu, caps, step, ops, filter, too_big: None, unused, unused2 }
+        Recorder { gpu, caps, step, ops, filter, too_big: None, unused }
     }
 
     /// A dispatch of `kernel` with override constants `consts` and buffers at their bindings.
