@@ -141,7 +141,7 @@ impl Constraint {
         let what = spec.what();
         let m = Matcher::new(env.factory.create_parser(spec.top_level()?));
         if let Some(e) = m.get_error() {
-            return Err(Error::InvalidOption(format!("{what}: {e}")));
+            return Err(Error::InvalidOption(format!("{what}: {}", plain(&e))));
         }
         Ok(Constraint { m, vocab: env.vocab, what })
     }
@@ -188,6 +188,30 @@ impl Constraint {
     }
 
     fn error(&self, e: impl std::fmt::Display) -> Error {
-        Error::InvalidOption(format!("{}: {e}", self.what))
+        Error::InvalidOption(format!("{}: {}", self.what, plain(&e.to_string())))
+    }
+}
+
+/// llguidance's message without the parser state it appends (a multi-line dump), and its stop
+/// reason for an empty language in words.
+fn plain(msg: &str) -> String {
+    let first = msg.lines().next().unwrap_or("").trim();
+    if first.contains("NoExtensionBias") {
+        "no text can match it (its language is empty: every rule refers back to itself)".into()
+    } else {
+        first.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain;
+
+    #[test]
+    fn llguidance_messages_lose_their_state_dump() {
+        let dump = "NoExtensionBias\n<state>\nTokens: ⟦⟧\nParser: {\n  \"rows\": 1\n}\n</state><grammar>\n</grammar>";
+        assert_eq!(plain(dump), "no text can match it (its language is empty: every rule refers back to itself)");
+        assert_eq!(plain("unknown rule 'x'\n<state>..."), "unknown rule 'x'");
+        assert_eq!(plain(""), "");
     }
 }

@@ -284,7 +284,11 @@ impl Engine {
                     .render_json(messages, tools, true)?
             }
         };
-        self.tokenizer()?.encode(&text)
+        let ids = self.tokenizer()?.encode(&text)?;
+        if ids.is_empty() {
+            return Err(Error::Template("the chat template rendered these messages as no tokens".into()));
+        }
+        Ok(ids)
     }
 
     /// The longest prompt plus generation this engine can hold: its context when fixed, else

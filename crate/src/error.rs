@@ -7,8 +7,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot {op} {path}: {source}")]
     Io {
+        /// "read" or "write".
+        op: &'static str,
         path: String,
         #[source]
         source: std::io::Error,
@@ -45,7 +47,12 @@ pub enum Error {
 
 impl Error {
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io { op: "read", path: path.into(), source }
+    }
+
+    /// A failed write (an output file, stdout).
+    pub fn write(path: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { op: "write", path: path.into(), source }
     }
 }
 

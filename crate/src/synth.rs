@@ -833,7 +833,7 @@ pub fn write(
 ) -> Result<SynthReport> {
     let start = std::time::Instant::now();
     let (w, list) = build_writer(opts, tokenizer)?;
-    let io = |e: std::io::Error| Error::io(out.display().to_string(), e);
+    let io = |e: std::io::Error| Error::write(out.display().to_string(), e);
     let file = std::fs::File::create(out).map_err(io)?;
     let mut hw = HoleWriter { f: std::io::BufWriter::with_capacity(1 << 20, file), pos: 0 };
     let plan = w.plan();

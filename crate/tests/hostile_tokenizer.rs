@@ -72,6 +72,13 @@ fn malformed_tokenizer_json_is_an_error() {
         "single": [{"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
         "special_tokens": {"<s>": {"id": "<s>", "ids": [0, 1], "tokens": ["<s>"]}}}]});
     refused(v, "2 ids for 1 tokens");
+    // Found by fuzzing: the same template with its "type" key misspelt still reads as a
+    // TemplateProcessing (post-processors are untagged by shape) and panicked on encode.
+    let mut v = base();
+    v["post_processor"] = json!({"type'": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 5}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [], "special_tokens": {"<x><s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}});
+    refused(v, "<s>");
     refused(json!({"model": 3}), "model");
     let mut v = base();
     v["model"]["merges"] = json!(7);

@@ -11,6 +11,41 @@ use ferrolm::weights::FileSource;
 use ferrolm::{Error, Result};
 use std::io::{BufRead, Write};
 
+/// `println!` for results: a failed write to stdout (a full disk, a closed file) ends the command
+/// with an error and a non-zero status instead of a panic or a silent loss.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        writeln!(std::io::stdout(), $($t)*).map_err(|e| Error::write("stdout", e))?
+    };
+}
+
+/// Streams generated text to stdout, keeping the first write error (ending the generation) for
+/// the command to report.
+struct Stream {
+    out: std::io::Stdout,
+    err: Option<std::io::Error>,
+}
+
+impl Stream {
+    fn new() -> Self {
+        Stream { out: std::io::stdout(), err: None }
+    }
+
+    /// Writes a piece; false (stop generating) once a write has failed.
+    fn piece(&mut self, piece: &str) -> bool {
+        if self.err.is_none() {
+            if let Err(e) = self.out.write_all(piece.as_bytes()).and_then(|_| self.out.flush()) {
+                self.err = Some(e);
+            }
+        }
+        self.err.is_none()
+    }
+
+    fn finish(self) -> Result<()> {
+        self.err.map_or(Ok(()), |e| Err(Error::write("stdout", e)))
+    }
+}
+
 #[derive(Parser)]
 #[command(name = "ferrolm", version, about = "LLM inference on WebGPU/Vulkan with hand-written WGSL kernels")]
 struct Cli {
@@ -49,7 +84,7 @@ enum Cmd {
         #[arg(long)]
         prompt: Option<String>,
         /// Keep the first N dimensions (Matryoshka), re-normalized when the model normalizes.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         dimensions: Option<usize>,
         #[arg(long)]
         json: bool,
@@ -81,18 +116,18 @@ enum Cmd {
     Bench {
         #[arg(long)]
         model: String,
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 512)]
         prompt_len: usize,
-        #[arg(long, default_value_t = 128)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 128)]
         gen: usize,
         /// Tokens of context before decoding starts (default: the prompt length).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         depth: Option<usize>,
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 5)]
         reps: usize,
         /// Decode steps on the GPU before the oldest one's token is read back (default: as a
         /// generation keeps them).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         inflight: Option<usize>,
         /// Decode sampling on the GPU with these options (greedy argmax without them).
         #[command(flatten)]
@@ -121,10 +156,10 @@ enum Cmd {
         /// GGUF to borrow the tokenizer from (default: $FERROLM_MODEL or the SmolLM2 model in ~/.cache/ferrolm).
         #[arg(long)]
         tokenizer_from: Option<String>,
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
         seed: u64,
         /// Keep only the first N layers.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         layers: Option<u64>,
     },
 }
@@ -140,31 +175,31 @@ struct ModelArgs {
     quantize: String,
     /// KV cache length in tokens (default: min(training context, 4096), grown to hold a longer
     /// prompt plus --max-tokens).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     context: Option<usize>,
 }
 
 #[derive(Args)]
 struct SamplingArgs {
     /// 0 = greedy.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     temperature: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     top_k: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     top_p: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     min_p: Option<f32>,
-    #[arg(long, alias = "repeat-penalty")]
+    #[arg(long, alias = "repeat-penalty", allow_negative_numbers = true)]
     repetition_penalty: Option<f32>,
     /// OpenAI's frequency penalty (-2..2; tokens are then chosen on the CPU).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     frequency_penalty: Option<f32>,
     /// OpenAI's presence penalty (-2..2; tokens are then chosen on the CPU).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     presence_penalty: Option<f32>,
     /// Random seed (default: from the clock); the same seed gives the same output.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     seed: Option<u64>,
 }
 
@@ -212,12 +247,12 @@ struct GenerateArgs {
     /// System message for --chat.
     #[arg(long)]
     system: Option<String>,
-    #[arg(long, default_value_t = ferrolm::generation::DEFAULT_MAX_TOKENS)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = ferrolm::generation::DEFAULT_MAX_TOKENS)]
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Report the K largest raw logits of the first generated position.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     top_logits: usize,
     /// Stop when the text contains this string (not included in the output); repeatable.
     #[arg(long)]
@@ -227,7 +262,7 @@ struct GenerateArgs {
     #[arg(long)]
     ignore_eos: bool,
     /// Report each generated token's log-probability with K alternatives (0..=20; --json).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     logprobs: Option<usize>,
     /// The output must be a JSON value valid under the JSON schema in FILE.
     #[arg(long, value_name = "FILE", group = "constraint")]
@@ -249,7 +284,7 @@ struct ChatArgs {
     model: ModelArgs,
     #[arg(long)]
     system: Option<String>,
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 512)]
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
@@ -286,6 +321,8 @@ fn main() {
             make_gguf(&shape, &ty, &out, tokenizer_from, seed, layers)
         }
     };
+    // Output still buffered (a line without its newline) fails here, not silently at exit.
+    let res = res.and_then(|_| std::io::stdout().flush().map_err(|e| Error::write("stdout", e)));
     if let Err(e) = res {
         eprintln!("error: {e}");
         std::process::exit(1);
@@ -313,16 +350,16 @@ fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()
     let mut engine = block_on(Engine::load_path(std::path::Path::new(model), &opts, &mut |_, _, _| {}))?;
     let r = block_on(ferrolm::bench::run(&mut engine, o))?;
     if json {
-        println!("{}", serde_json::json!(r));
+        outln!("{}", serde_json::json!(r));
     } else {
-        println!(
+        outln!(
             "{} on {} ({})",
             model,
             r.adapter["name"].as_str().unwrap_or("?"),
             r.adapter["backend"].as_str().unwrap_or("?")
         );
-        println!("prefill pp{}: {:.0} tok/s, first token after {:.1} ms", r.prompt_len, r.prefill_tok_s, r.ttft_ms);
-        println!(
+        outln!("prefill pp{}: {:.0} tok/s, first token after {:.1} ms", r.prompt_len, r.prefill_tok_s, r.ttft_ms);
+        outln!(
             "decode tg{}{} at depth {}: {:.1} tok/s ({:.3} ms/token, GPU {} ms/step, CPU {:.3} ms/step to record and submit)",
             r.gen,
             if r.sampling.is_some() { " sampled" } else { "" },
@@ -332,7 +369,7 @@ fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()
             r.gpu_ms_per_step.map_or("n/a".to_string(), |v| format!("{v:.3}")),
             r.cpu_ms_per_step
         );
-        println!(
+        outln!(
             "{} dispatches, {} submit, {} readback per token; {:.1} GB/s effective; {} MiB GPU memory",
             r.dispatches_per_token,
             r.submits_per_token,
@@ -343,9 +380,9 @@ fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()
         for (what, prof) in [("decode step", &r.decode_profile), ("prefill step", &r.prefill_profile)] {
             if let Some(p) = prof {
                 let total: f64 = p.iter().map(|k| k.2).sum();
-                println!("GPU time per kernel, one {what} ({total:.3} ms):");
+                outln!("GPU time per kernel, one {what} ({total:.3} ms):");
                 for (k, n, ms) in p {
-                    println!("  {k:<10} {n:>4} dispatches {ms:>8.3} ms ({:>4.1}%)", 100.0 * ms / total);
+                    outln!("  {k:<10} {n:>4} dispatches {ms:>8.3} ms ({:>4.1}%)", 100.0 * ms / total);
                 }
             }
         }
@@ -403,14 +440,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
     };
     opts.validate()?;
     let json = a.json;
-    let mut out = std::io::stdout();
-    let gen = block_on(engine.generate(&prompt, &opts, &mut |_, piece| {
-        if !json {
-            let _ = out.write_all(piece.as_bytes());
-            let _ = out.flush();
-        }
-        true
-    }))?;
+    let mut out = Stream::new();
+    let gen = block_on(engine.generate(&prompt, &opts, &mut |_, piece| json || out.piece(piece)))?;
+    out.finish()?;
     if json {
         let mut v = serde_json::json!({
             "prompt_ids": gen.prompt_ids,
@@ -426,9 +458,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
                 serde_json::json!(gen.top_logits.iter().map(|&(i, l)| serde_json::json!([i, l])).collect::<Vec<_>>());
         }
         v["stats"]["adapter"] = serde_json::json!(engine.rt.gpu.summary);
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!();
+        outln!();
         eprintln!(
             "[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s; stop: {:?}]",
             gen.stats.prompt_tokens,
@@ -470,13 +502,10 @@ fn chat(a: ChatArgs) -> Result<()> {
         }
         let opts =
             GenerateOptions { max_tokens: a.max_tokens.min(room), sampling: sampling.clone(), ..Default::default() };
-        let mut out = std::io::stdout();
-        let gen = block_on(engine.generate(&ids, &opts, &mut |_, piece| {
-            let _ = out.write_all(piece.as_bytes());
-            let _ = out.flush();
-            true
-        }))?;
-        println!();
+        let mut out = Stream::new();
+        let gen = block_on(engine.generate(&ids, &opts, &mut |_, piece| out.piece(piece)))?;
+        out.finish()?;
+        outln!();
         msgs.push(ChatMessage { role: "assistant".into(), content: gen.text.trim().to_string() });
     }
 }
@@ -501,12 +530,11 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
             ferrolm::chat::ChatRun::new(&mut engine, req, clock_seed(), created, format!("chatcmpl-ferrolm-{i}"))?;
         if run.is_stream() {
             while let Some(chunk) = block_on(run.next_chunk(&mut engine))? {
-                let _ = writeln!(out, "{chunk}");
-                let _ = out.flush();
+                writeln!(out, "{chunk}").and_then(|_| out.flush()).map_err(|e| Error::write("stdout", e))?;
             }
         } else {
             let r = block_on(run.complete(&mut engine))?;
-            let _ = writeln!(out, "{r}");
+            writeln!(out, "{r}").and_then(|_| out.flush()).map_err(|e| Error::write("stdout", e))?;
         }
     }
     Ok(())
@@ -535,13 +563,13 @@ fn embed(
     let mut engine = load(m, json)?;
     let r = block_on(engine.embed(&req))?;
     if json {
-        println!("{r}");
+        outln!("{r}");
         return Ok(());
     }
     let mut out = std::io::stdout().lock();
     for d in r["data"].as_array().into_iter().flatten() {
         let v: Vec<String> = d["embedding"].as_array().into_iter().flatten().map(|x| x.to_string()).collect();
-        writeln!(out, "{}", v.join(" ")).map_err(|e| Error::io("stdout", e))?;
+        writeln!(out, "{}", v.join(" ")).map_err(|e| Error::write("stdout", e))?;
     }
     Ok(())
 }
@@ -566,17 +594,17 @@ fn diagnose(model: Option<String>, reference: Option<String>, json: bool) -> Res
         None => block_on(ferrolm::diagnose::run_without_model())?,
     };
     if json {
-        println!("{r}");
+        outln!("{r}");
     } else {
         let a = &r["adapter"];
-        println!("adapter: {} ({}, {}, driver {})", a["name"], a["backend"], a["deviceType"], a["driver"]);
-        println!("limits: {}", r["limits"]);
-        println!("variants: {}", r["variants"]);
+        outln!("adapter: {} ({}, {}, driver {})", a["name"], a["backend"], a["deviceType"], a["driver"]);
+        outln!("limits: {}", r["limits"]);
+        outln!("variants: {}", r["variants"]);
         if let Some(m) = r.get("model") {
-            println!("model: {}", m["source"]);
+            outln!("model: {}", m["source"]);
         }
         for c in r["checks"].as_array().into_iter().flatten() {
-            println!(
+            outln!(
                 "{:<8} {}  error {:.2e} (tolerance {:.0e})  {}",
                 c["name"].as_str().unwrap_or("?"),
                 if c["passed"] == true { "ok  " } else { "FAIL" },
@@ -604,9 +632,9 @@ fn tokenize(model: &str, text: &str, json: bool) -> Result<()> {
     };
     let ids = tok.encode(text)?;
     if json {
-        println!("{}", serde_json::json!({ "ids": ids }));
+        outln!("{}", serde_json::json!({ "ids": ids }));
     } else {
-        println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
+        outln!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
     }
     Ok(())
 }
@@ -646,16 +674,16 @@ fn inspect(model: &str, json: bool) -> Result<()> {
         if json {
             let cfg =
                 cfg.map(|c| serde_json::json!(c)).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
-            println!("{}", serde_json::json!({ "config": cfg, "tensors": names }));
+            outln!("{}", serde_json::json!({ "config": cfg, "tensors": names }));
         } else {
             let kind = if files.mlc.is_some() { "MLC" } else { "Hugging Face" };
-            println!("{model}: {kind} folder, model_type {}, {} tensors", hf.model_type, names.len());
+            outln!("{model}: {kind} folder, model_type {}, {} tensors", hf.model_type, names.len());
             match cfg {
-                Ok(c) => println!("config: {c:?}"),
-                Err(e) => println!("config: not runnable: {e}"),
+                Ok(c) => outln!("config: {c:?}"),
+                Err(e) => outln!("config: not runnable: {e}"),
             }
             for n in names {
-                println!("  {n}");
+                outln!("  {n}");
             }
         }
         return Ok(());
@@ -675,13 +703,13 @@ fn inspect(model: &str, json: bool) -> Result<()> {
             Ok(c) => serde_json::json!(c),
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"version": g.version, "alignment": g.alignment, "metadata": meta, "tensors": tensors, "config": cfg})
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "{model}: GGUF v{}, {} metadata keys, {} tensors, data at byte {}",
         g.version,
         g.metadata.len(),
@@ -689,16 +717,16 @@ fn inspect(model: &str, json: bool) -> Result<()> {
         g.data_offset
     );
     for (k, v) in &g.metadata {
-        println!("  {k} = {}", short(v));
+        outln!("  {k} = {}", short(v));
     }
     match cfg {
-        Ok(c) => println!("config: {c:?}"),
-        Err(e) => println!("config: not runnable: {e}"),
+        Ok(c) => outln!("config: {c:?}"),
+        Err(e) => outln!("config: not runnable: {e}"),
     }
     let total: u64 = g.tensors.iter().map(|t| t.n_bytes).sum();
-    println!("tensors ({} MiB):", total >> 20);
+    outln!("tensors ({} MiB):", total >> 20);
     for t in &g.tensors {
-        println!("  {:<40} {:<5} {:?}", t.name, t.ty.name(), t.dims);
+        outln!("  {:<40} {:<5} {:?}", t.name, t.ty.name(), t.dims);
     }
     Ok(())
 }

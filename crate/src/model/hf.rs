@@ -89,7 +89,7 @@ fn shape_dims(s: Shape) -> Vec<usize> {
 
 /// The element type a matrix is packed as: its own, or the quantization asked for (when the rows
 /// are whole 32-element blocks).
-fn packed_type(dtype: &StDtype, q: Quantize, cols: usize) -> Result<GgmlType> {
+fn packed_type(dtype: &StDtype, q: Quantize, cols: usize) -> std::result::Result<GgmlType, String> {
     Ok(match (q, cols.is_multiple_of(32)) {
         (Quantize::Q8_0, true) => GgmlType::Q8_0,
         (Quantize::Q4_0, true) => GgmlType::Q4_0,
@@ -97,9 +97,7 @@ fn packed_type(dtype: &StDtype, q: Quantize, cols: usize) -> Result<GgmlType> {
             StDtype::F32 => GgmlType::F32,
             StDtype::F16 => GgmlType::F16,
             StDtype::BF16 => GgmlType::BF16,
-            other => {
-                return Err(Error::Unsupported(format!("dtype {} (F32, F16 and BF16 are supported)", other.name())))
-            }
+            other => return Err(format!("dtype {} (F32, F16 and BF16 are supported)", other.name())),
         },
     })
 }

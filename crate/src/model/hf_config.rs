@@ -125,46 +125,47 @@ impl LinearAttn {
     }
 }
 
-fn bad(key: &str, want: &str, v: &Value) -> Error {
-    Error::Model(format!("config.json: {key} should be {want}, found {v}"))
+fn bad(file: &str, key: &str, want: &str, v: &Value) -> Error {
+    Error::Model(format!("{file}: {key} should be {want}, found {v}"))
 }
 
-/// Typed accessors where absent and null both mean "not set".
-struct Obj<'a>(&'a Map<String, Value>);
+/// Typed accessors where absent and null both mean "not set"; errors name the file (the second
+/// field).
+struct Obj<'a>(&'a Map<String, Value>, &'static str);
 
 impl<'a> Obj<'a> {
     fn get(&self, k: &str) -> Option<&'a Value> {
         self.0.get(k).filter(|v| !v.is_null())
     }
     fn u64(&self, k: &str) -> Result<Option<u64>> {
-        self.get(k).map(|v| v.as_u64().ok_or_else(|| bad(k, "a non-negative integer", v))).transpose()
+        self.get(k).map(|v| v.as_u64().ok_or_else(|| bad(self.1, k, "a non-negative integer", v))).transpose()
     }
     /// A count inside `range` (`bounds`), if set.
     fn count(&self, k: &str, range: bounds::Ints) -> Result<Option<usize>> {
-        self.u64(k)?.map(|v| bounds::int("config.json", k, v, range)).transpose()
+        self.u64(k)?.map(|v| bounds::int(self.1, k, v, range)).transpose()
     }
     fn need(&self, k: &str, range: bounds::Ints) -> Result<usize> {
-        self.count(k, range)?.ok_or_else(|| Error::Model(format!("config.json: missing {k}")))
+        self.count(k, range)?.ok_or_else(|| Error::Model(format!("{}: missing {k}", self.1)))
     }
     fn f64(&self, k: &str) -> Result<Option<f64>> {
-        self.get(k).map(|v| v.as_f64().ok_or_else(|| bad(k, "a number", v))).transpose()
+        self.get(k).map(|v| v.as_f64().ok_or_else(|| bad(self.1, k, "a number", v))).transpose()
     }
     /// A real number checked by `check` (one of `bounds`' functions), if set.
     fn real(&self, k: &str, check: fn(&str, &str, f64) -> Result<f64>) -> Result<Option<f64>> {
-        self.f64(k)?.map(|v| check("config.json", k, v)).transpose()
+        self.f64(k)?.map(|v| check(self.1, k, v)).transpose()
     }
     fn str(&self, k: &str) -> Result<Option<&'a str>> {
-        self.get(k).map(|v| v.as_str().ok_or_else(|| bad(k, "a string", v))).transpose()
+        self.get(k).map(|v| v.as_str().ok_or_else(|| bad(self.1, k, "a string", v))).transpose()
     }
     fn bool(&self, k: &str) -> Result<Option<bool>> {
-        self.get(k).map(|v| v.as_bool().ok_or_else(|| bad(k, "true or false", v))).transpose()
+        self.get(k).map(|v| v.as_bool().ok_or_else(|| bad(self.1, k, "true or false", v))).transpose()
     }
     fn f64s(&self, k: &str) -> Result<Option<Vec<f64>>> {
         self.get(k)
             .map(|v| {
                 v.as_array()
                     .and_then(|a| a.iter().map(Value::as_f64).collect())
-                    .ok_or_else(|| bad(k, "a list of numbers", v))
+                    .ok_or_else(|| bad(self.1, k, "a list of numbers", v))
             })
             .transpose()
     }
@@ -173,7 +174,7 @@ impl<'a> Obj<'a> {
             .map(|v| {
                 v.as_array()
                     .and_then(|a| a.iter().map(|x| x.as_str().map(String::from)).collect())
-                    .ok_or_else(|| bad(k, "a list of strings", v))
+                    .ok_or_else(|| bad(self.1, k, "a list of strings", v))
             })
             .transpose()
     }
@@ -181,8 +182,10 @@ impl<'a> Obj<'a> {
     fn ids(&self, k: &str) -> Result<Vec<u64>> {
         match self.get(k) {
             None => Ok(vec![]),
-            Some(Value::Array(a)) => a.iter().map(|x| x.as_u64().ok_or_else(|| bad(k, "token ids", x))).collect(),
-            Some(v) => Ok(vec![v.as_u64().ok_or_else(|| bad(k, "a token id or a list of them", v))?]),
+            Some(Value::Array(a)) => {
+                a.iter().map(|x| x.as_u64().ok_or_else(|| bad(self.1, k, "token ids", x))).collect()
+            }
+            Some(v) => Ok(vec![v.as_u64().ok_or_else(|| bad(self.1, k, "a token id or a list of them", v))?]),
         }
     }
 }
@@ -216,7 +219,7 @@ impl HfConfig {
                 None => merged.remove("tie_word_embeddings"),
             };
         }
-        let o = Obj(&merged);
+        let o = Obj(&merged, "config.json");
         let model_type = o.str("model_type")?.unwrap_or("").to_string();
         let fam = family::by_hf(&model_type).unwrap_or(&family::OTHER);
         let gemma = fam.gemma;
@@ -486,7 +489,7 @@ fn rope_from(d: &Obj, top: &Obj, default_theta: f64, max_pos: u64) -> Result<Rop
 fn resolve_rope(o: &Obj, fam: &Family, max_pos: u64) -> Result<(RopeParams, Option<RopeParams>)> {
     let empty = Map::new();
     let pick = |k: &str| -> Result<Option<&Map<String, Value>>> {
-        o.get(k).map(|v| v.as_object().ok_or_else(|| bad(k, "an object", v))).transpose()
+        o.get(k).map(|v| v.as_object().ok_or_else(|| bad(o.1, k, "an object", v))).transpose()
     };
     let scaling = pick("rope_scaling")?;
     let params = pick("rope_parameters")?;
@@ -494,19 +497,19 @@ fn resolve_rope(o: &Obj, fam: &Family, max_pos: u64) -> Result<(RopeParams, Opti
     if let Some(p) = nested {
         let sub = |k: &str| p.get(k).and_then(Value::as_object).unwrap_or(&empty);
         let g3 = fam.local_rope;
-        let full = rope_from(&Obj(sub("full_attention")), o, if g3 { 1e6 } else { 1e4 }, max_pos)?;
-        let local = rope_from(&Obj(sub("sliding_attention")), o, 1e4, max_pos)?;
+        let full = rope_from(&Obj(sub("full_attention"), "config.json"), o, if g3 { 1e6 } else { 1e4 }, max_pos)?;
+        let local = rope_from(&Obj(sub("sliding_attention"), "config.json"), o, 1e4, max_pos)?;
         return Ok((full, Some(local)));
     }
     if fam.local_rope {
         // 4.x layout: rope_theta/rope_scaling for global layers, rope_local_base_freq for local ones.
-        let full = rope_from(&Obj(scaling.or(params).unwrap_or(&empty)), o, 1e6, max_pos)?;
-        let mut local = rope_from(&Obj(&empty), &Obj(&empty), 1e4, max_pos)?;
+        let full = rope_from(&Obj(scaling.or(params).unwrap_or(&empty), "config.json"), o, 1e6, max_pos)?;
+        let mut local = rope_from(&Obj(&empty, "config.json"), &Obj(&empty, "config.json"), 1e4, max_pos)?;
         local.theta = o.real("rope_local_base_freq", bounds::positive)?.unwrap_or(1e4);
         local.partial_rotary_factor = full.partial_rotary_factor;
         return Ok((full, Some(local)));
     }
-    Ok((rope_from(&Obj(scaling.or(params).unwrap_or(&empty)), o, 1e4, max_pos)?, None))
+    Ok((rope_from(&Obj(scaling.or(params).unwrap_or(&empty), "config.json"), o, 1e4, max_pos)?, None))
 }
 
 /// Whether `key` is set at the top level or inside `rope_parameters` / `rope_scaling`.
@@ -592,7 +595,7 @@ pub struct GenerationConfig {
 impl GenerationConfig {
     pub fn from_json(text: &str) -> Result<GenerationConfig> {
         let v = parse_json(text, "generation_config.json")?;
-        let o = Obj(object(&v, "generation_config.json")?);
+        let o = Obj(object(&v, "generation_config.json")?, "generation_config.json");
         Ok(GenerationConfig {
             bos_token_id: o.ids("bos_token_id")?,
             eos_token_id: o.ids("eos_token_id")?,
@@ -617,7 +620,7 @@ impl TokenizerConfig {
     pub fn from_json(text: &str) -> Result<TokenizerConfig> {
         let v = parse_json(text, "tokenizer_config.json")?;
         let m = object(&v, "tokenizer_config.json")?;
-        let o = Obj(m);
+        let o = Obj(m, "tokenizer_config.json");
         let err = |k: &str, v: &Value| Error::Model(format!("tokenizer_config.json: unexpected {k}: {v}"));
         let chat_templates = match o.get("chat_template") {
             None => vec![],

@@ -101,9 +101,12 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
                 Some(i) if (i as usize) < n => Ok(Some(i as u32)),
                 // llama.cpp writes -1 (as a signed or wrapped value) for "none".
                 _ if v.as_i64() == Some(-1) || v.as_u64() == Some(u32::MAX as u64) => Ok(None),
-                _ => Err(tok_err(format!(
-                    "tokenizer.ggml.{key} = {v:?} is not a token id (the vocabulary has {n} tokens)"
-                ))),
+                _ => {
+                    let shown = v.as_i64().map(|x| x.to_string()).unwrap_or_else(|| format!("{v:?}"));
+                    Err(tok_err(format!(
+                        "tokenizer.ggml.{key} = {shown} is not a token id (the vocabulary has {n} tokens)"
+                    )))
+                }
             },
         }
     };

@@ -116,6 +116,9 @@ impl Tokenizer {
             },
         };
         let n = hf.get_vocab_size(true);
+        if n == 0 {
+            return Err(tok_err("tokenizer.json: the vocabulary is empty"));
+        }
         let mut tokens = vec![String::new(); n];
         for (text, id) in hf.get_vocab(true) {
             if let Some(slot) = tokens.get_mut(id as usize) {

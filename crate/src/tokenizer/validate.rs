@@ -126,13 +126,16 @@ pub fn hf_json(root: &Value) -> Result<()> {
             }
         }
     }
-    // A post-processor (or each of a Sequence's) whose template names special tokens.
+    // A post-processor (or each of a Sequence's) whose template names special tokens. The
+    // tokenizers crate reads post-processors untagged, by shape: an object with a template but no
+    // (or a misspelt) "type" is a TemplateProcessing too (a fuzz input panicked there).
     let mut stack: Vec<&Value> = root.get("post_processor").into_iter().collect();
     while let Some(p) = stack.pop() {
         if let Some(list) = p.get("processors").and_then(Value::as_array) {
             stack.extend(list);
         }
-        if p.get("type").and_then(Value::as_str) != Some("TemplateProcessing") {
+        let template = p.get("single").is_some() || p.get("pair").is_some();
+        if p.get("type").and_then(Value::as_str) != Some("TemplateProcessing") && !template {
             continue;
         }
         specials.clear();
