@@ -28,8 +28,10 @@ function stream(run, userSignal) {
   const queue = [];
   let wake = null;
   let ended = false;
+  let closed = false; // return() was called (a `break`): nothing more is handed out
   let failure = null;
   const result = run((chunk) => {
+    if (closed) return;
     queue.push(chunk);
     wake?.();
   }, ac.signal).then(
@@ -48,6 +50,7 @@ function stream(run, userSignal) {
     result,
     async next() {
       for (;;) {
+        if (closed) return { value: undefined, done: true };
         if (queue.length) return { value: queue.shift(), done: false };
         if (ended) {
           await result.catch(() => {});
@@ -60,6 +63,7 @@ function stream(run, userSignal) {
       }
     },
     async return(value) {
+      closed = true;
       ac.abort();
       queue.length = 0;
       await result.catch(() => {});
@@ -72,6 +76,72 @@ function stream(run, userSignal) {
 
 let seq = 0;
 const newId = (p) => `${p}-${Date.now().toString(36)}${(seq++).toString(36)}`;
+
+const invalid = (m) => typedError('InvalidOptionError', m);
+
+// Token ids: integers in 0..2^32 (a string, a fraction or a larger number is refused, not
+// converted: Uint32Array would wrap it).
+function checkIds(where, ids) {
+  if (!Array.isArray(ids) && !ArrayBuffer.isView(ids)) throw invalid(`${where}: token ids must be an array of integers`);
+  for (let i = 0; i < ids.length; i++) {
+    const t = ids[i];
+    if (!Number.isInteger(t) || t < 0 || t >= 2 ** 32) throw invalid(`${where}: token id ${i} must be an integer >= 0, got ${typeof t === 'string' ? JSON.stringify(t) : String(t)}`);
+  }
+}
+
+// Options are data: a function cannot reach the worker (and would be dropped without one), and
+// NaN or Infinity would reach the engine as null.
+function checkData(where, o) {
+  for (const [k, v] of Object.entries(o)) {
+    if (typeof v === 'function') throw invalid(`${where}: option ${k} is a function; options are data (iterate the stream for tokens)`);
+    if (typeof v === 'number' && !Number.isFinite(v)) throw invalid(`${where}: ${k} must be a finite number, got ${v}`);
+  }
+}
+
+// generate()'s input: a prompt string, chat messages {role, content}, or {tokens}.
+function checkInput(input) {
+  if (Array.isArray(input)) {
+    if (!input.length) throw invalid('generate: the list of chat messages is empty');
+    input.forEach((m, i) => {
+      if (!m || typeof m !== 'object') throw invalid(`generate: message ${i} must be an object {role, content}`);
+      if (typeof m.role !== 'string' || !m.role) throw invalid(`generate: message ${i} needs a role (a non-empty string)`);
+      const toolTurn = m.content == null && Array.isArray(m.tool_calls);
+      if (typeof m.content !== 'string' && !Array.isArray(m.content) && !toolTurn) throw invalid(`generate: message ${i}'s content must be a string or an array of text parts`);
+    });
+  } else if (input && typeof input === 'object' && 'tokens' in input) {
+    checkIds('generate', input.tokens);
+  }
+}
+
+// createEngine's options, checked before anything loads (in this context, for both modes).
+const LOAD_OPTIONS = ['model', 'format', 'webllmCache', 'quantize', 'onProgress', 'onDeviceLost', 'contextLength', 'maxBatch', 'worker', 'cache', 'sha256', 'retries', 'chunkSize', 'wasm', 'signal'];
+const SHA256 = /^[0-9a-f]{64}$/i;
+function checkLoadOptions(o) {
+  if (!o || typeof o !== 'object' || Array.isArray(o)) throw invalid('createEngine: expected an options object {model, ...}');
+  for (const k of Object.keys(o)) {
+    if (!LOAD_OPTIONS.includes(k)) throw invalid(`createEngine: unknown option ${JSON.stringify(k)} (options: ${LOAD_OPTIONS.join(', ')})`);
+  }
+  const int = (k, min, max) => {
+    const v = o[k];
+    if (v != null && !(Number.isInteger(v) && v >= min && v <= max)) throw invalid(`createEngine: ${k} must be an integer from ${min} to ${max}, got ${typeof v === 'string' ? JSON.stringify(v) : String(v)}`);
+  };
+  int('retries', 0, 100);
+  int('chunkSize', 4096, 2 ** 30);
+  int('contextLength', 1, 2 ** 32 - 1);
+  int('maxBatch', 1, 2 ** 32 - 1);
+  for (const k of ['onProgress', 'onDeviceLost']) {
+    if (o[k] != null && typeof o[k] !== 'function') throw invalid(`createEngine: ${k} must be a function`);
+  }
+  const sig = o.signal;
+  if (sig != null && (typeof sig.aborted !== 'boolean' || typeof sig.addEventListener !== 'function')) throw invalid('createEngine: signal must be an AbortSignal');
+  const sha = o.sha256;
+  if (typeof sha === 'string' && !SHA256.test(sha)) throw invalid(`createEngine: sha256 must be 64 hexadecimal digits, got ${JSON.stringify(sha.slice(0, 80))}`);
+  if (sha && typeof sha === 'object' && !Array.isArray(sha)) {
+    for (const [f, d] of Object.entries(sha)) {
+      if (typeof d !== 'string' || !SHA256.test(d)) throw invalid(`createEngine: sha256[${JSON.stringify(f)}] must be 64 hexadecimal digits`);
+    }
+  }
+}
 
 /**
  * A loaded model. An EventTarget: 'devicelost' fires (a CustomEvent whose `detail.error` is the
@@ -137,10 +207,16 @@ class Engine extends EventTarget {
   benchmark(options = {}) { return this._b.benchmark(options); }
 
   /** Token ids of `text` (no BOS added). */
-  tokenize(text) { return this._b.tokenize(text); }
+  async tokenize(text) {
+    if (typeof text !== 'string') throw invalid('tokenize: text must be a string');
+    return this._b.tokenize(text);
+  }
 
   /** Text of token ids. */
-  decode(ids) { return this._b.decode(ids); }
+  async decode(ids) {
+    checkIds('decode', ids);
+    return this._b.decode(ids);
+  }
 
   /**
    * Stream a generation. `input`: a prompt string, an array of chat messages, or `{tokens}`.
@@ -148,8 +224,14 @@ class Engine extends EventTarget {
    * `{index, token, text, stop, logprob?}` with a `result` promise.
    */
   generate(input, options = {}) {
-    const { signal, ...rest } = options;
-    return stream((emit, s) => this._b.run(input, rest, emit, s), signal);
+    const bad = !options || typeof options !== 'object' || Array.isArray(options);
+    const { signal, ...rest } = bad ? {} : options;
+    return stream(async (emit, s) => {
+      if (bad) throw invalid('generate: options must be an object');
+      checkInput(input);
+      checkData('generate', rest);
+      return this._b.run(input, rest, emit, s);
+    }, signal);
   }
 
   /**
@@ -163,6 +245,7 @@ class Engine extends EventTarget {
       throw typedError('InvalidOptionError', 'chat.completions.create: `messages` must be an array');
     }
     const { signal, ...body } = req;
+    checkData('chat.completions.create', body);
     const id = newId('chatcmpl');
     if (!body.stream) {
       if (signal?.aborted) throw abortReason(signal);
@@ -321,7 +404,9 @@ function withLostHandler(engine, onDeviceLost) {
  * @returns {Promise<Engine>}
  */
 export async function createEngine(options = {}) {
+  checkLoadOptions(options);
   const { onProgress, onDeviceLost, worker = true, signal, ...rest } = options;
+  if (signal?.aborted) throw abortReason(signal);
   if (!globalThis.navigator?.gpu) {
     throw typedError('NoAdapterError', 'WebGPU is not available in this browser (navigator.gpu is missing); use a recent Chrome/Edge, Safari 26+ or Firefox 141+ on a secure (https or localhost) page');
   }

@@ -1304,7 +1304,36 @@ test('unknown options and bad values are refused by name, never silently dropped
       neutral: await err(() => e.chat.completions.create({ messages: msgs, frequency_penalty: 0, logprobs: false, tools: [], response_format: { type: 'text' }, logit_bias: {} })),
       typo: await err(async () => { for await (const _ of e.generate({ tokens: [1, 2] }, { maxToken: 3 })); }),
       ok: await err(async () => { for await (const _ of e.generate({ tokens: [1, 2] }, { maxTokens: 1, topK: 5, temperature: 0.5 })); }),
+      // Inputs and option values that JavaScript would otherwise convert (a hostile-input review).
+      idString: await err(() => e.generate({ tokens: ['a'] }).result),
+      idFraction: await err(() => e.generate({ tokens: [1.7] }).result),
+      idWraps: await err(() => e.generate({ tokens: [2 ** 32 + 5] }).result),
+      noRole: await err(() => e.generate([{ content: 'hi' }]).result),
+      objectContent: await err(() => e.generate([{ role: 'user', content: { a: 1 } }]).result),
+      noMessages: await err(() => e.generate([]).result),
+      nullMessage: await err(() => e.generate([null]).result),
+      nullOptions: await err(() => e.generate({ tokens: [1] }, null).result),
+      fnOption: await err(() => e.generate({ tokens: [1] }, { onToken: () => {} }).result),
+      nanOption: await err(() => e.generate({ tokens: [1] }, { maxTokens: NaN }).result),
+      chatNaN: await err(() => e.chat.completions.create({ messages: msgs, max_tokens: NaN })),
+      decodeString: await err(() => e.decode('abc')),
+      decodeWraps: await err(() => e.decode([2 ** 32 + 104])),
+      decodeNull: await err(() => e.decode(null)),
+      tokenizeNull: await err(() => e.tokenize(null)),
+      loadTypo: await err(() => ferrolm.createEngine({ model: '/hf/llama/', contextLenght: 64 })),
+      loadRetries: await err(() => ferrolm.createEngine({ model: '/hf/llama/', retries: -1, worker: false })),
+      loadChunk: await err(() => ferrolm.createEngine({ model: '/hf/llama/', chunkSize: 0, worker: false })),
+      loadContextNaN: await err(() => ferrolm.createEngine({ model: '/hf/llama/', contextLength: NaN })),
+      loadSha: await err(() => ferrolm.createEngine({ model: '/hf/llama/', sha256: 'nothex' })),
+      loadSignal: await err(() => ferrolm.createEngine({ model: '/hf/llama/', signal: 'x' })),
+      loadNull: await err(() => ferrolm.createEngine(null)),
+      loadAborted: await ferrolm.createEngine({ model: '/hf/llama/', signal: AbortSignal.abort() }).then(() => 'accepted', (x) => x.name),
     };
+    // Breaking out of a stream ends it: the next call reports done, never another chunk.
+    const it = e.generate({ tokens: [1, 2] }, { maxTokens: 8, temperature: 0, stopIds: [] });
+    await it.next();
+    await it.return();
+    out.afterBreak = JSON.stringify(await it.next());
     await e.unload();
     out.afterUnload = await err(() => e.generate({ tokens: [1] }).result);
     return out;
@@ -1318,4 +1347,12 @@ test('unknown options and bad values are refused by name, never silently dropped
   assert.match(v.neutral, /^TokenizerError/);
   assert.equal(v.ok, 'accepted');
   assert.match(v.afterUnload, /^EngineUnloadedError/);
+  for (const [k, name] of [['idString', 'token id 0'], ['idFraction', '1.7'], ['idWraps', '4294967301'], ['noRole', 'role'], ['objectContent', 'content'],
+    ['noMessages', 'empty'], ['nullMessage', 'message 0'], ['nullOptions', 'options'], ['fnOption', 'onToken'], ['nanOption', 'maxTokens'], ['chatNaN', 'max_tokens'],
+    ['decodeString', 'array'], ['decodeWraps', '4294967400'], ['decodeNull', 'array'], ['tokenizeNull', 'string'], ['loadTypo', 'contextLenght'],
+    ['loadRetries', 'retries'], ['loadChunk', 'chunkSize'], ['loadContextNaN', 'contextLength'], ['loadSha', 'sha256'], ['loadSignal', 'AbortSignal'], ['loadNull', 'options object']]) {
+    assert.match(v[k], new RegExp(`^InvalidOptionError: .*${name}.*\\|true\\|true$`), k);
+  }
+  assert.equal(v.loadAborted, 'AbortError');
+  assert.equal(v.afterBreak, '{"done":true}');
 });

@@ -1,0 +1,115 @@
+//! The command line's contract on bad input and failed output (a hostile-input review's
+//! findings): a clear one-line error and exit status 1, never a panic (101), a lost output with
+//! status 0, or clap refusing a negative value as an unknown argument.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixture(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(p)
+}
+
+fn ferrolm(args: &[&str], stdout: Stdio) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferrolm"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::var("XDG_RUNTIME_DIR").unwrap_or("/tmp".into()))
+        .env("WGPU_BACKEND", std::env::var("WGPU_BACKEND").unwrap_or("vulkan".into()))
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("the ferrolm binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn model() -> String {
+    fixture("arch/llama/model.gguf").display().to_string()
+}
+
+#[test]
+fn a_full_stdout_is_an_error_not_a_panic() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    let m = model();
+    for args in [
+        vec!["inspect", "--model", &m],
+        vec!["inspect", "--model", &m, "--json"],
+        vec!["tokenize", "--model", &m, "--text", "hello"],
+        vec!["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2", "--temperature", "0"],
+        vec!["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2", "--json"],
+    ] {
+        let o = ferrolm(&args, Stdio::from(full.try_clone().unwrap()));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("cannot write stdout"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn negative_values_reach_the_option_checks() {
+    let m = model();
+    let base = ["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "1"];
+    // In range: accepted as a separate argument, not taken for a flag.
+    let o = ferrolm(
+        &[&base[..], &["--temperature", "0.5", "--frequency-penalty", "-0.5", "--seed", "1"]].concat(),
+        Stdio::null(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Out of range: the engine's own message.
+    let o = ferrolm(&[&base[..], &["--temperature", "-1"]].concat(), Stdio::null());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("temperature must be a finite number >= 0"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_empty_constraint_language_is_one_line() {
+    let dir = std::env::temp_dir().join(format!("ferrolm-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("selfref.json");
+    std::fs::write(&schema, r##"{"$ref": "#"}"##).unwrap();
+    let m = model();
+    let o = ferrolm(
+        &[
+            "generate",
+            "--model",
+            &m,
+            "--prompt-ids",
+            "1,2",
+            "--max-tokens",
+            "4",
+            "--json-schema",
+            schema.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(line.contains("no text can match it"), "{err}");
+    assert!(!err.contains("<state>"), "{err}");
+    // Output files that cannot be created are named as written, not read.
+    let o = ferrolm(
+        &[
+            "make-gguf",
+            "--shape",
+            "smollm2-135m",
+            "--type",
+            "q4_0",
+            "--layers",
+            "1",
+            "--out",
+            "/nonexistent-dir/x.gguf",
+            "--tokenizer-from",
+            fixture("tokenizer/spm_tiny.gguf").to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot write /nonexistent-dir/x.gguf"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
