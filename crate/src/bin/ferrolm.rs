@@ -179,6 +179,9 @@ struct ModelArgs {
     context: Option<usize>,
 }
 
+// Numeric options take `allow_negative_numbers`: a negative value given as its own argument
+// (`--frequency-penalty -0.5`, `--temperature -1`) then reaches the option's range check instead of
+// clap taking it for an unknown flag.
 #[derive(Args)]
 struct SamplingArgs {
     /// 0 = greedy.
