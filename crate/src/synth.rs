@@ -12,7 +12,7 @@
 //! ```
 //!
 //! * `--shape`: one of [`SHAPES`] (`smollm2-135m`, `llama-3.2-1b`, `qwen2.5-0.5b`, `phi-3-mini`,
-//!   `llama-3.1-8b`).
+//!   `llama-3.1-8b`, `qwen3.5-0.8b`, `bitnet-2b`).
 //! * `--type`: one of [`TYPES`] (`f16`, `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q2_k` ... `q6_k`,
 //!   `iq4_nl`, `iq4_xs`, `mxfp4`, `tq1_0`, `tq2_0`). Every matrix (embeddings and output included)
 //!   gets that type; norms, biases and `rope_freqs` are F32. A matrix whose input dimension is not

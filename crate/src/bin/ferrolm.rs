@@ -144,7 +144,8 @@ enum Cmd {
     },
     /// Write a random-weight GGUF of a real model's shape, for speed benchmarks (see ferrolm::synth).
     MakeGguf {
-        /// smollm2-135m, llama-3.2-1b, qwen2.5-0.5b, phi-3-mini or llama-3.1-8b.
+        /// smollm2-135m, llama-3.2-1b, qwen2.5-0.5b, phi-3-mini, llama-3.1-8b, qwen3.5-0.8b or
+        /// bitnet-2b.
         #[arg(long)]
         shape: String,
         /// f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4,
