@@ -187,7 +187,7 @@ impl Engine {
         opts.validate()?;
         // Everything that can be checked without weights first: config (inside HfModel::open,
         // before any weight file is opened), tokenizer, chat template.
-        crate::model::ModelConfig::from_hf(&crate::model::hf_config::HfConfig::from_json(&files.config)?)?;
+        files.configs()?;
         let tokenizer = files
             .tokenizer
             .as_deref()

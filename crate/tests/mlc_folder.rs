@@ -78,6 +78,14 @@ fn unknown_quantizations_and_model_types_are_refused_by_name() {
     }
     let e = failing("type", |d| edit_json(&d.join("mlc-chat-config.json"), |c| c["model_type"] = "rwkv6".into()));
     assert!(matches!(&e, Error::Unsupported(m) if m.contains("rwkv6")), "{e}");
+    // A bad value is reported in the file that holds it (config.json is made from it).
+    let e = failing("layers", |d| {
+        edit_json(&d.join("mlc-chat-config.json"), |c| c["model_config"]["num_hidden_layers"] = 0.into())
+    });
+    assert!(
+        matches!(&e, Error::Model(m) if m.starts_with("mlc-chat-config.json (model_config): num_hidden_layers")),
+        "{e}"
+    );
 }
 
 #[test]

@@ -55,6 +55,29 @@ pub struct HfFiles {
     pub mlc: Option<super::mlc::MlcWeights>,
 }
 
+impl HfFiles {
+    /// config.json as the engine's config (and generation_config.json), checked before any
+    /// weight file is opened. An MLC folder's two are made from its mlc-chat-config.json: errors
+    /// name the file the user has.
+    pub fn configs(&self) -> Result<(HfConfig, ModelConfig, Option<GenerationConfig>)> {
+        let named = |e: Error| match (&self.mlc, e) {
+            (Some(_), Error::Model(m)) => Error::Model(if let Some(rest) = m.strip_prefix("config.json:") {
+                format!("mlc-chat-config.json (model_config):{rest}")
+            } else if let Some(rest) = m.strip_prefix("generation_config.json:") {
+                format!("mlc-chat-config.json:{rest}")
+            } else {
+                m
+            }),
+            (_, e) => e,
+        };
+        let hf = HfConfig::from_json(&self.config).map_err(named)?;
+        let cfg = ModelConfig::from_hf(&hf).map_err(named)?;
+        let generation =
+            self.generation_config.as_deref().map(GenerationConfig::from_json).transpose().map_err(named)?;
+        Ok((hf, cfg, generation))
+    }
+}
+
 /// The optional files of a model folder besides the weights, in the order they are looked for.
 pub const OPTIONAL_FILES: [&str; 5] = [
     "generation_config.json",
@@ -191,9 +214,7 @@ impl<S: AsyncSource> HfModel<S> {
         F: FnMut(String) -> Fut,
         Fut: std::future::Future<Output = Result<S>>,
     {
-        let hf = HfConfig::from_json(&files.config)?;
-        let cfg = ModelConfig::from_hf(&hf)?;
-        let generation = files.generation_config.as_deref().map(GenerationConfig::from_json).transpose()?;
+        let (hf, cfg, generation) = files.configs()?;
         let tokenizer_config = files.tokenizer_config.as_deref().map(TokenizerConfig::from_json).transpose()?;
         let st = match &files.mlc {
             Some(w) => super::mlc::open_tensors(w, open).await?,
