@@ -80,6 +80,13 @@ fn malformed_tokenizer_json_is_an_error() {
         "pair": [], "special_tokens": {"<x><s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}});
     refused(v, "<s>");
     refused(json!({"model": 3}), "model");
+    // Unknown kinds are named as parts of the file, not as serde's enum names.
+    let mut v = base();
+    v["model"]["type"] = json!("Foo");
+    refused(v, "the model (BPE, WordPiece, WordLevel or Unigram) has an unknown type");
+    let mut v = base();
+    v["pre_tokenizer"] = json!({"type": "Frobnicate"});
+    refused(v, "a pre_tokenizer has an unknown type");
     let mut v = base();
     v["model"]["merges"] = json!(7);
     refused(v, "merges");

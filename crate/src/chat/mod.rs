@@ -70,6 +70,13 @@ pub enum Stop {
 impl ChatRequest {
     /// Parse a request; an unknown field or a wrong type is an `InvalidOption` naming it.
     pub fn from_json(text: &str) -> Result<ChatRequest> {
+        // serde would read a JSON array as the struct's fields in order ("expected struct
+        // ChatRequest with 27 elements").
+        if text.trim_start().starts_with('[') {
+            return Err(Error::InvalidOption(
+                "chat.completions.create: the request must be a JSON object {messages, ...}, not an array".into(),
+            ));
+        }
         serde_json::from_str(text).map_err(|e| Error::InvalidOption(format!("chat.completions.create: {e}")))
     }
 }
@@ -555,4 +562,16 @@ fn logprob_json(engine: &Engine, lps: &[TokenLogprob]) -> Value {
         })
         .collect();
     json!({ "content": content })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChatRequest;
+
+    #[test]
+    fn a_request_is_an_object() {
+        let e = ChatRequest::from_json(" [] ").err().expect("an array is refused").to_string();
+        assert!(e.contains("must be a JSON object"), "{e}");
+        assert!(ChatRequest::from_json(r#"{"messages": [{"role": "user", "content": "hi"}]}"#).is_ok());
+    }
 }

@@ -75,6 +75,22 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// serde's message for a part none of whose kinds matched (the tokenizers crate reads models,
+/// normalizers, pre-tokenizers, post-processors and decoders untagged) in the file's words.
+fn untagged(msg: &str) -> String {
+    const PARTS: [(&str, &str); 5] = [
+        ("ModelUntagged", "the model (BPE, WordPiece, WordLevel or Unigram)"),
+        ("NormalizerUntagged", "a normalizer"),
+        ("PreTokenizerUntagged", "a pre_tokenizer"),
+        ("PostProcessorUntagged", "a post_processor"),
+        ("DecoderUntagged", "a decoder"),
+    ];
+    match PARTS.iter().find(|(tag, _)| msg.contains("untagged enum") && msg.contains(tag)) {
+        Some((_, part)) => format!("{part} has an unknown type or fields that do not fit its type"),
+        None => msg.to_string(),
+    }
+}
+
 pub(crate) fn tok_err(e: impl std::fmt::Display) -> Error {
     Error::Tokenizer(e.to_string())
 }
@@ -93,8 +109,8 @@ impl Tokenizer {
         let parsed: serde_json::Value =
             serde_json::from_str(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         validate::hf_json(&parsed)?;
-        let hf: tokenizers::Tokenizer =
-            serde_json::from_value(parsed).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
+        let hf: tokenizers::Tokenizer = serde_json::from_value(parsed)
+            .map_err(|e| tok_err(format!("tokenizer.json: {}", untagged(&e.to_string()))))?;
         let config: serde_json::Value = match tokenizer_config_json {
             Some(s) => serde_json::from_str(s).map_err(|e| tok_err(format!("tokenizer_config.json: {e}")))?,
             None => serde_json::Value::Null,
