@@ -60,6 +60,19 @@ fn negative_values_reach_the_option_checks() {
         Stdio::null(),
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Options that would do nothing are refused, and ids are exactly those given.
+    for (extra, want) in [
+        (&["--system", "be brief"][..], "--system goes with --chat"),
+        (&["--top-logits", "3"][..], "add --json"),
+        (&["--logprobs", "2"][..], "add --json"),
+    ] {
+        let o = ferrolm(&[&base[..], extra].concat(), Stdio::null());
+        assert_eq!(o.status.code(), Some(1), "{extra:?}");
+        assert!(stderr(&o).contains(want), "{extra:?}: {}", stderr(&o));
+    }
+    let o = ferrolm(&["generate", "--model", &m, "--prompt-ids", "1,,2", "--max-tokens", "1"], Stdio::null());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("\"\" is not a token id"), "{}", stderr(&o));
     // Out of range: the engine's own message.
     let o = ferrolm(&[&base[..], &["--temperature", "-1"]].concat(), Stdio::null());
     assert_eq!(o.status.code(), Some(1));

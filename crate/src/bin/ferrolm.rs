@@ -394,10 +394,10 @@ fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()
     Ok(())
 }
 
+/// Exactly these ids: an empty item (`1,,2`) is an error, not skipped.
 fn parse_ids(s: &str) -> Result<Vec<u32>> {
     s.split(',')
         .map(|p| p.trim())
-        .filter(|p| !p.is_empty())
         .map(|p| p.parse::<u32>().map_err(|_| Error::InvalidOption(format!("--prompt-ids: {p:?} is not a token id"))))
         .collect()
 }
@@ -408,6 +408,15 @@ fn generate(a: GenerateArgs) -> Result<()> {
     let ids_arg = a.prompt_ids.as_deref().map(parse_ids).transpose()?;
     if a.prompt.is_none() && a.chat.is_none() && ids_arg.is_none() {
         return Err(Error::InvalidOption("give one of --prompt, --chat or --prompt-ids".into()));
+    }
+    // Options that would have no effect are refused rather than ignored.
+    if a.system.is_some() && a.chat.is_none() {
+        return Err(Error::InvalidOption("--system goes with --chat (the system message of that chat)".into()));
+    }
+    if !a.json && (a.logprobs.is_some() || a.top_logits > 0) {
+        return Err(Error::InvalidOption(
+            "--logprobs and --top-logits are reported in the --json output: add --json".into(),
+        ));
     }
     let mut engine = load(&a.model, a.json)?;
     let prompt = if let Some(ids) = ids_arg {
