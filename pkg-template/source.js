@@ -205,7 +205,7 @@ export class ModelSource {
         if (!transient || this.signal?.aborted) break;
       }
     }
-    throw lastErr ?? namedError('InvalidOptionError', `retries must be an integer >= 0, got ${this.retries}`);
+    throw lastErr;
   }
 
   async fetchRangeOnce(start, end, first) {

@@ -46,8 +46,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let q = quant_part(vec4<f32>(glu(e), glu(e + 1u), glu(e + 2u), glu(e + 3u)), lid);
         if (i < n) {
             let b = i / 8u;
-            h16[16u * b + i % 8u] = q.c;
-            h16[16u * b + 8u + i % 8u] = q.f;
+            let w = plane_words(b, i % 8u);
+            h16[w.x] = q.c;
+            h16[w.y] = q.f;
             if (i % 8u == 0u) {
                 h8s[b] = q.ds;
             }

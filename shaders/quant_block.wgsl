@@ -18,6 +18,11 @@ struct QPart {
     ds: vec2<f32>,
 }
 
+// The words of a block's planes that part `part` (0..7) of block `b` writes: (coarse, fine).
+fn plane_words(b: u32, part: u32) -> vec2<u32> {
+    return vec2<u32>(16u * b + part, 16u * b + 8u + part);
+}
+
 fn quant_part(v: vec4<f32>, lid: u32) -> QPart {
     let a = abs(v);
     qpart_sh[lid] = vec2<f32>(max(max(a.x, a.y), max(a.z, a.w)), v.x + v.y + v.z + v.w);

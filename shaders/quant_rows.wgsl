@@ -24,8 +24,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let p = quant_part(x[min(i, n - 1u)], lid);
     if (i < n) {
         let b = i / 8u;
-        q[16u * b + i % 8u] = p.c;
-        q[16u * b + 8u + i % 8u] = p.f;
+        let w = plane_words(b, i % 8u);
+        q[w.x] = p.c;
+        q[w.y] = p.f;
         if (i % 8u == 0u) {
             s[b] = p.ds;
         }

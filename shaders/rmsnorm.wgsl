@@ -61,8 +61,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let q = quant_part(xv * inv * (wv + NW_OFFSET), lid);
             if (on) {
                 let b = row * nb + blk;
-                y16[16u * b + part] = q.c;
-                y16[16u * b + 8u + part] = q.f;
+                let w = plane_words(b, part);
+                y16[w.x] = q.c;
+                y16[w.y] = q.f;
                 if (part == 0u) {
                     y8s[b] = q.ds;
                 }

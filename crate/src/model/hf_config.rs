@@ -497,19 +497,19 @@ fn resolve_rope(o: &Obj, fam: &Family, max_pos: u64) -> Result<(RopeParams, Opti
     if let Some(p) = nested {
         let sub = |k: &str| p.get(k).and_then(Value::as_object).unwrap_or(&empty);
         let g3 = fam.local_rope;
-        let full = rope_from(&Obj(sub("full_attention"), "config.json"), o, if g3 { 1e6 } else { 1e4 }, max_pos)?;
-        let local = rope_from(&Obj(sub("sliding_attention"), "config.json"), o, 1e4, max_pos)?;
+        let full = rope_from(&Obj(sub("full_attention"), o.1), o, if g3 { 1e6 } else { 1e4 }, max_pos)?;
+        let local = rope_from(&Obj(sub("sliding_attention"), o.1), o, 1e4, max_pos)?;
         return Ok((full, Some(local)));
     }
     if fam.local_rope {
         // 4.x layout: rope_theta/rope_scaling for global layers, rope_local_base_freq for local ones.
-        let full = rope_from(&Obj(scaling.or(params).unwrap_or(&empty), "config.json"), o, 1e6, max_pos)?;
-        let mut local = rope_from(&Obj(&empty, "config.json"), &Obj(&empty, "config.json"), 1e4, max_pos)?;
+        let full = rope_from(&Obj(scaling.or(params).unwrap_or(&empty), o.1), o, 1e6, max_pos)?;
+        let mut local = rope_from(&Obj(&empty, o.1), &Obj(&empty, o.1), 1e4, max_pos)?;
         local.theta = o.real("rope_local_base_freq", bounds::positive)?.unwrap_or(1e4);
         local.partial_rotary_factor = full.partial_rotary_factor;
         return Ok((full, Some(local)));
     }
-    Ok((rope_from(&Obj(scaling.or(params).unwrap_or(&empty), "config.json"), o, 1e4, max_pos)?, None))
+    Ok((rope_from(&Obj(scaling.or(params).unwrap_or(&empty), o.1), o, 1e4, max_pos)?, None))
 }
 
 /// Whether `key` is set at the top level or inside `rope_parameters` / `rope_scaling`.
