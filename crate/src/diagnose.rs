@@ -322,6 +322,16 @@ async fn model_check(engine: &mut Engine, r: &Reference) -> Result<Check> {
     if r.tokens.is_empty() || r.top.is_empty() {
         return Err(Error::InvalidOption("diagnose: the reference needs tokens and top logits".into()));
     }
+    if let Some(t) = r.tolerance.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+        return Err(Error::InvalidOption(format!(
+            "diagnose: the reference's tolerance must be a number >= 0, got {t}"
+        )));
+    }
+    if let Some((id, v)) = r.top.iter().find(|(_, v)| !v.is_finite()) {
+        return Err(Error::InvalidOption(format!(
+            "diagnose: the reference's logit of token {id} is {v}, not a number"
+        )));
+    }
     engine.kv_tokens.clear();
     engine.rt.pos = 0;
     let logits = engine.rt.forward(&r.tokens).await?;

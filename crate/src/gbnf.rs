@@ -255,7 +255,13 @@ impl Parser<'_> {
         let start = self.i;
         let end = self.src[start..].find('}').ok_or_else(|| self.err("expected }"))? + start;
         let body = self.src[start + 1..end].replace(' ', "");
-        let num = |t: &str| t.parse::<u32>().map_err(|_| self.err("expected a number"));
+        let num = |t: &str| match t.parse::<u32>() {
+            Ok(v) => Ok(v),
+            Err(_) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => {
+                Err(self.err(&format!("repetition count {t} is too large")))
+            }
+            Err(_) => Err(self.err("expected a number")),
+        };
         let (m, n) = match body.split_once(',') {
             None => (num(&body)?, Some(num(&body)?)),
             Some((a, "")) => (num(a)?, None),

@@ -133,6 +133,24 @@ fn chat_features_on_the_default_model() {
 }
 
 #[test]
+fn out_of_range_request_fields_are_refused() {
+    let Some(mut e) = engine() else { return };
+    let msgs = json!([{ "role": "user", "content": "Hi" }]);
+    for (field, v, want) in [
+        ("temperature", json!(5), "temperature must be in [0, 2], got 5"),
+        ("temperature", json!(-0.5), "temperature must be in [0, 2]"),
+        ("top_p", json!(1.5), "top-p must be in (0, 1]"),
+        ("frequency_penalty", json!(3), "frequency penalty must be in [-2, 2]"),
+    ] {
+        let mut body = json!({ "messages": msgs, "max_tokens": 2 });
+        body[field] = v;
+        let req = ChatRequest::from_json(&body.to_string()).unwrap();
+        let err = ChatRun::new(&mut e, &req, 1, 0, "x".into()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains(want), "{field}: {err:?}");
+    }
+}
+
+#[test]
 fn json_schemas_always_yield_valid_json() {
     let Some(mut e) = engine() else { return };
     let schemas = [

@@ -77,6 +77,13 @@ fn negative_values_reach_the_option_checks() {
     let o = ferrolm(&[&base[..], &["--temperature", "-1"]].concat(), Stdio::null());
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("temperature must be a finite number >= 0"), "{}", stderr(&o));
+    // Named as typed: a float past f32 is not reported as `inf`, --logprobs by its own name.
+    let o = ferrolm(&[&base[..], &["--top-p", "1e308"]].concat(), Stdio::null());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("1e308 is not a finite 32-bit number"), "{}", stderr(&o));
+    let o = ferrolm(&[&base[..], &["--json", "--logprobs", "21"]].concat(), Stdio::null());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--logprobs takes 0 to 20 alternatives, got 21"), "{}", stderr(&o));
 }
 
 #[test]

@@ -64,6 +64,7 @@ fn gguf_metadata_out_of_range_is_refused() {
         ("llama", ".vocab_size", big.clone()),
         ("llama", ".context_length", big.clone()),
         ("llama", ".rope.dimension_count", big.clone()),
+        ("llama", ".rope.dimension_count", Value::U32(0)),
         ("llama", ".rope.freq_base", Value::F32(-1.0)),
         ("llama", ".rope.freq_base", Value::F32(f32::NAN)),
         ("llama", ".rope.freq_base", Value::F32(f32::INFINITY)),

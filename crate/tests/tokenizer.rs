@@ -223,6 +223,10 @@ fn malformed_metadata_is_an_error() {
             vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.token_type", Kv::I32s(vec![1, 1]))],
             "token_type has 2 entries",
         ),
+        (
+            vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.token_type", Kv::I32s(vec![1, 1, 99, 1, 1]))],
+            "token_type[2] = 99 is not a token kind",
+        ),
         (vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.bos_token_id", Kv::U32(99))], "bos_token_id"),
         (vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.eos_token_id", Kv::I32(-7))], "eos_token_id"),
         (vec![gpt2(), toks(), merges(vec![]), ("tokenizer.ggml.eot_token_id", Kv::Str("x"))], "eot_token_id"),

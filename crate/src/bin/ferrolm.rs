@@ -186,21 +186,21 @@ struct ModelArgs {
 #[derive(Args)]
 struct SamplingArgs {
     /// 0 = greedy.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = finite_f32)]
     temperature: Option<f32>,
     #[arg(long, allow_negative_numbers = true)]
     top_k: Option<usize>,
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = finite_f32)]
     top_p: Option<f32>,
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = finite_f32)]
     min_p: Option<f32>,
-    #[arg(long, alias = "repeat-penalty", allow_negative_numbers = true)]
+    #[arg(long, alias = "repeat-penalty", allow_negative_numbers = true, value_parser = finite_f32)]
     repetition_penalty: Option<f32>,
     /// OpenAI's frequency penalty (-2..2; tokens are then chosen on the CPU).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = finite_f32)]
     frequency_penalty: Option<f32>,
     /// OpenAI's presence penalty (-2..2; tokens are then chosen on the CPU).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = finite_f32)]
     presence_penalty: Option<f32>,
     /// Random seed (default: from the clock); the same seed gives the same output.
     #[arg(long, allow_negative_numbers = true)]
@@ -292,6 +292,17 @@ struct ChatArgs {
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
+}
+
+/// A float option's value: a number that fits in 32 bits (1e308 would become infinity and be
+/// reported as `inf`, not as what was typed).
+fn finite_f32(s: &str) -> std::result::Result<f32, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number"))?;
+    let f = v as f32;
+    if !f.is_finite() {
+        return Err(format!("{s} is not a finite 32-bit number"));
+    }
+    Ok(f)
 }
 
 /// A seed from the clock, for requests that give none.
@@ -417,6 +428,12 @@ fn generate(a: GenerateArgs) -> Result<()> {
         return Err(Error::InvalidOption(
             "--logprobs and --top-logits are reported in the --json output: add --json".into(),
         ));
+    }
+    if let Some(k) = a.logprobs.filter(|&k| k > ferrolm::generation::MAX_TOP_LOGPROBS) {
+        return Err(Error::InvalidOption(format!(
+            "--logprobs takes 0 to {} alternatives, got {k}",
+            ferrolm::generation::MAX_TOP_LOGPROBS
+        )));
     }
     let mut engine = load(&a.model, a.json)?;
     let prompt = if let Some(ids) = ids_arg {

@@ -162,6 +162,10 @@ fn plan(engine: &mut Engine, req: &ChatRequest, fallback_seed: u64) -> Result<Pl
             *dst = v;
         }
     };
+    // OpenAI's range: a chat client sending more is mistaken, not asking for noise.
+    if let Some(t) = req.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+        return bad(format!("temperature must be in [0, 2], got {t}"));
+    }
     set(&mut sampling.temperature, req.temperature);
     set(&mut sampling.top_p, req.top_p);
     set(&mut sampling.min_p, req.min_p);

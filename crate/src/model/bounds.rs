@@ -23,7 +23,8 @@ pub const WINDOW: Ints = (0, 1 << 24);
 pub const PATTERN: Ints = (1, 1024);
 /// Taps of a linear-attention layer's causal convolution.
 pub const CONV: Ints = (1, 16);
-pub const ROPE_DIM: Ints = (0, 1024);
+/// Rotated dimensions of a head: every supported family rotates some (0 would drop positions).
+pub const ROPE_DIM: Ints = (2, 1024);
 
 /// `v` of `key` as a count inside `range`.
 pub fn int(file: &str, key: &str, v: u64, range: Ints) -> Result<usize> {

@@ -304,6 +304,7 @@ impl ModelConfig {
             return bad(format!("head dimension {} (must be a multiple of 8, at most 256)", self.head_dim));
         }
         if self.rope_dim > self.head_dim
+            || self.rope_dim == 0
             || !self.rope_dim.is_multiple_of(2)
             || !(self.rms_eps >= 0.0 && self.rms_eps.is_finite())
         {

@@ -90,6 +90,13 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
     };
     let types = g.get_i64_array("tokenizer.ggml.token_type").map_err(meta)?.unwrap_or_default();
     same_len("tokenizer.ggml.token_type", (!types.is_empty()).then_some(types.len()))?;
+    // llama.cpp's kinds: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
+    if let Some((i, t)) = types.iter().enumerate().find(|(_, t)| !(0..=6).contains(*t)) {
+        return Err(tok_err(format!(
+            "tokenizer.ggml.token_type[{i}] = {t} is not a token kind (0 to 6; token {:?})",
+            tokens[i]
+        )));
+    }
     let scores = g.get_f64_array("tokenizer.ggml.scores").map_err(meta)?;
     same_len("tokenizer.ggml.scores", scores.as_ref().map(Vec::len))?;
     let merges = g.get_str_array("tokenizer.ggml.merges").map_err(meta)?;
