@@ -339,13 +339,17 @@ async function hfTexts(folder, config) {
 /**
  * The engine `load()` makes, reading through `source` (a ModelSource or ModelFolder): on failure a
  * half-made engine is freed, and a failed read (which reaches us wrapped as an IoError) is
- * surfaced as the download error itself; the source is released either way.
+ * surfaced as the download error itself; the source is released either way. `signal` aborted by
+ * the end is an abort, however far the load got.
  */
-async function loadFrom(source, load) {
+async function loadFrom(source, load, signal) {
   let wasm;
   try {
     wasm = await load();
     await source.finish();
+    // An abort while the weights went up or the kernels compiled (no read left to fail) still
+    // rejects, and the engine made meanwhile is freed; what was downloaded stays cached.
+    if (signal?.aborted) throw abortReason(signal);
     return wasm;
   } catch (e) {
     wasm?.free();
@@ -386,7 +390,7 @@ export class LocalEngine {
     if (what.kind === 'gguf') {
       if (o.sha256 != null && typeof o.sha256 !== 'string') throw namedError('InvalidOptionError', 'createEngine: sha256 of a GGUF file must be a hex string');
       source = await ModelSource.open(what.model, srcOpts);
-      wasm = await loadFrom(source, () => withSubgroups(() => mod.loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress)));
+      wasm = await loadFrom(source, () => withSubgroups(() => mod.loadEngine({ size: source.size, name: source.name, read: (off, len) => source.read(off, len) }, opts, progress)), o.signal);
     } else {
       const folder = what.folder;
       source = folder;
@@ -397,7 +401,7 @@ export class LocalEngine {
         const texts = what.kind === 'mlc' ? await mlcTexts(folder, what.chatConfig) : await hfTexts(folder, what.config);
         await folder.saveManifest(false);
         return withSubgroups(() => mod.loadHfEngine(texts, (name) => folder.weights(name), opts, progress));
-      });
+      }, o.signal);
     }
     const eng = new LocalEngine(wasm, source);
     eng.loadMs = performance.now() - t0;
@@ -415,6 +419,9 @@ export class LocalEngine {
     this.dead = null; // the EngineCrashedError or DeviceLostError every call fails with
     this.inflight = null; // reject function of the call in progress
     this.onLost = null; // told of a lost device (index.js turns it into the 'devicelost' event)
+    // unload() ends the generations running (finish 'abort') and queued (AbortError) before the
+    // memory goes, with or without a worker around this engine.
+    this.stopAll = new AbortController();
     this.mod = mod;
     live.add(this);
   }
@@ -486,6 +493,7 @@ export class LocalEngine {
    * Options are checked by the engine (an unknown one is an InvalidOptionError naming it).
    */
   async run(input, options = {}, emit = () => {}, signal) {
+    signal = this.live_(signal);
     if (signal?.aborted) throw abortReason(signal);
     await this.genLock.acquire(signal);
     try {
@@ -531,6 +539,7 @@ export class LocalEngine {
    * resolve to it directly. Stops early (finish 'stop') when `signal` aborts.
    */
   async chat(req, id, emit = () => {}, signal) {
+    signal = this.live_(signal);
     if (signal?.aborted) throw abortReason(signal);
     await this.genLock.acquire(signal);
     try {
@@ -562,6 +571,7 @@ export class LocalEngine {
    * progress. Resolves to the `list` object with every input's embedding.
    */
   async embed(req, emit = () => {}, signal) {
+    signal = this.live_(signal);
     if (signal?.aborted) throw abortReason(signal);
     await this.genLock.acquire(signal);
     try {
@@ -615,7 +625,19 @@ export class LocalEngine {
     }
   }
 
+  // A call's signal joined with unload()'s; after unload, EngineUnloadedError (or the crash).
+  live_(signal) {
+    if (this.dead) throw this.dead;
+    if (!this.wasm) throw namedError('EngineUnloadedError', 'the engine was unloaded');
+    return AbortSignal.any(signal ? [signal, this.stopAll.signal] : [this.stopAll.signal]);
+  }
+
   async unload() {
+    this.stopAll.abort(namedError('AbortError', 'the engine was unloaded during this call'));
+    if (!this.dead) {
+      await this.genLock.acquire();
+      this.genLock.release();
+    }
     await this.chain;
     // A crashed module must not be touched; after a device loss the engine's memory is freed
     // (unless a call still holds it, which the module reports by throwing).

@@ -60,7 +60,7 @@ export interface CreateEngineOptions {
   chunkSize?: number;
   /** Where to fetch ferrolm_bg.wasm from (default: next to the module). */
   wasm?: string | URL;
-  /** Aborts the load. */
+  /** Aborts the load, whatever phase it is in (download, upload, compile). */
   signal?: AbortSignal;
 }
 
@@ -362,6 +362,10 @@ export interface Engine extends EventTarget {
    * must hold promptLen + gen + 1 tokens; afterwards the KV cache holds random tokens.
    */
   benchmark(options?: BenchmarkOptions): Promise<BenchmarkReport>;
+  /**
+   * Free the GPU memory (and end the worker). A generation in progress ends with finishReason
+   * 'abort', queued ones reject with AbortError; later calls reject with EngineUnloadedError.
+   */
   unload(): Promise<void>;
 }
 

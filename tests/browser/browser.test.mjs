@@ -1328,13 +1328,26 @@ test('unknown options and bad values are refused by name, never silently dropped
       loadSignal: await err(() => ferrolm.createEngine({ model: '/hf/llama/', signal: 'x' })),
       loadNull: await err(() => ferrolm.createEngine(null)),
       loadAborted: await ferrolm.createEngine({ model: '/hf/llama/', signal: AbortSignal.abort() }).then(() => 'accepted', (x) => x.name),
+      chatTemp: await err(() => e.chat.completions.create({ messages: msgs, temperature: 5 })),
     };
+    // Aborted while the kernels compile (nothing left to download): still an abort, not an engine.
+    const ac = new AbortController();
+    const onProgress = (p) => { if (p.phase === 'compile') ac.abort(); };
+    out.compileAborted = await ferrolm.createEngine({ model: '/hf/llama/', worker: false, cache: 'none', signal: ac.signal, onProgress }).then(() => 'accepted', (x) => x.name);
     // Breaking out of a stream ends it: the next call reports done, never another chunk.
     const it = e.generate({ tokens: [1, 2] }, { maxTokens: 8, temperature: 0, stopIds: [] });
     await it.next();
     await it.return();
     out.afterBreak = JSON.stringify(await it.next());
+    // unload() during a generation, with another queued: as in a worker, the running one ends
+    // 'abort' and the queued one is an AbortError.
+    const running = e.generate({ tokens: [1, 2] }, { maxTokens: 40, temperature: 0, stopIds: [] });
+    await running.next();
+    const runningEnd = running.result.then((x) => x.finishReason, (x) => x.name);
+    const queuedEnd = e.generate({ tokens: [1] }, { maxTokens: 2 }).result.then(() => 'resolved', (x) => x.name);
     await e.unload();
+    out.unloadRunning = await runningEnd;
+    out.unloadQueued = await queuedEnd;
     out.afterUnload = await err(() => e.generate({ tokens: [1] }).result);
     return out;
   });
@@ -1350,9 +1363,13 @@ test('unknown options and bad values are refused by name, never silently dropped
   for (const [k, name] of [['idString', 'token id 0'], ['idFraction', '1.7'], ['idWraps', '4294967301'], ['noRole', 'role'], ['objectContent', 'content'],
     ['noMessages', 'empty'], ['nullMessage', 'message 0'], ['nullOptions', 'options'], ['fnOption', 'onToken'], ['nanOption', 'maxTokens'], ['chatNaN', 'max_tokens'],
     ['decodeString', 'array'], ['decodeWraps', '4294967400'], ['decodeNull', 'array'], ['tokenizeNull', 'string'], ['loadTypo', 'contextLenght'],
-    ['loadRetries', 'retries'], ['loadChunk', 'chunkSize'], ['loadContextNaN', 'contextLength'], ['loadSha', 'sha256'], ['loadSignal', 'AbortSignal'], ['loadNull', 'options object']]) {
+    ['loadRetries', 'retries'], ['loadChunk', 'chunkSize'], ['loadContextNaN', 'contextLength'], ['loadSha', 'sha256'], ['loadSignal', 'AbortSignal'], ['loadNull', 'options object'],
+    ['chatTemp', 'temperature must be in \\[0, 2\\], got 5']]) {
     assert.match(v[k], new RegExp(`^InvalidOptionError: .*${name}.*\\|true\\|true$`), k);
   }
   assert.equal(v.loadAborted, 'AbortError');
+  assert.equal(v.compileAborted, 'AbortError');
   assert.equal(v.afterBreak, '{"done":true}');
+  assert.equal(v.unloadRunning, 'abort');
+  assert.equal(v.unloadQueued, 'AbortError');
 });
