@@ -133,3 +133,22 @@ fn an_empty_constraint_language_is_one_line() {
     assert!(stderr(&o).contains("cannot write /nonexistent-dir/x.gguf"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn embed_takes_token_ids_as_generate_does() {
+    // For models without a tokenizer (the engine's error says to pass token ids).
+    let m = model();
+    let o = ferrolm(&["embed", "--model", &m, "--ids", "1,2,3", "--ids", "4"], Stdio::piped());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lines: Vec<Vec<f32>> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines.iter().all(|v| !v.is_empty() && v.len() == lines[0].len() && v.iter().all(|x| x.is_finite())));
+    let o = ferrolm(&["embed", "--model", &m, "--ids", "1,x"], Stdio::null());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--ids: \"x\" is not a token id"), "{}", stderr(&o));
+    let o = ferrolm(&["embed", "--model", &m, "--text", "hi", "--ids", "1"], Stdio::null());
+    assert_eq!(o.status.code(), Some(2), "texts or ids, not both");
+}

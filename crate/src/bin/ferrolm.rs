@@ -75,8 +75,12 @@ enum Cmd {
         #[command(flatten)]
         model: ModelArgs,
         /// A text to embed; repeatable. `-` reads one text per line from stdin.
-        #[arg(long, required = true)]
+        #[arg(long, required_unless_present = "ids", conflicts_with = "ids")]
         text: Vec<String>,
+        /// Token ids to embed, comma-separated; repeatable (one input each). For models
+        /// without a tokenizer.
+        #[arg(long)]
+        ids: Vec<String>,
         /// One of the model's named prompts (config_sentence_transformers.json), e.g. query.
         #[arg(long)]
         prompt_name: Option<String>,
@@ -321,8 +325,11 @@ fn main() {
         Cmd::Generate(a) => generate(a),
         Cmd::Chat(a) => chat(a),
         Cmd::ChatCompletion { model, request } => chat_completion(&model, &request),
-        Cmd::Embed { model, text, prompt_name, prompt, dimensions, json } => {
-            embed(&model, text, prompt_name, prompt, dimensions, json)
+        Cmd::Embed { model, text, ids, prompt_name, prompt, dimensions, json } => {
+            match ids.iter().map(|s| parse_ids("--ids", s)).collect::<Result<Vec<_>>>() {
+                Ok(ids) => embed(&model, text, ids, prompt_name, prompt, dimensions, json),
+                Err(e) => Err(e),
+            }
         }
         Cmd::Diagnose { model, reference, json } => diagnose(model, reference, json),
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),
@@ -406,17 +413,17 @@ fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()
 }
 
 /// Exactly these ids: an empty item (`1,,2`) is an error, not skipped.
-fn parse_ids(s: &str) -> Result<Vec<u32>> {
+fn parse_ids(option: &str, s: &str) -> Result<Vec<u32>> {
     s.split(',')
         .map(|p| p.trim())
-        .map(|p| p.parse::<u32>().map_err(|_| Error::InvalidOption(format!("--prompt-ids: {p:?} is not a token id"))))
+        .map(|p| p.parse::<u32>().map_err(|_| Error::InvalidOption(format!("{option}: {p:?} is not a token id"))))
         .collect()
 }
 
 fn generate(a: GenerateArgs) -> Result<()> {
     let sampling = a.sampling.params(SamplingParams::default());
     sampling.validate()?;
-    let ids_arg = a.prompt_ids.as_deref().map(parse_ids).transpose()?;
+    let ids_arg = a.prompt_ids.as_deref().map(|s| parse_ids("--prompt-ids", s)).transpose()?;
     if a.prompt.is_none() && a.chat.is_none() && ids_arg.is_none() {
         return Err(Error::InvalidOption("give one of --prompt, --chat or --prompt-ids".into()));
     }
@@ -573,6 +580,7 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
 fn embed(
     m: &ModelArgs,
     texts: Vec<String>,
+    ids: Vec<Vec<u32>>,
     prompt_name: Option<String>,
     prompt: Option<String>,
     dimensions: Option<usize>,
@@ -588,8 +596,11 @@ fn embed(
             all.push(t);
         }
     }
-    let req =
+    let mut req =
         ferrolm::embed::EmbedRequest { prompt_name, prompt, dimensions, ..ferrolm::embed::EmbedRequest::texts(all) };
+    if !ids.is_empty() {
+        req.input = ferrolm::embed::EmbedInput::ManyIds(ids);
+    }
     let mut engine = load(m, json)?;
     let r = block_on(engine.embed(&req))?;
     if json {
