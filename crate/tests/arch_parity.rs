@@ -355,6 +355,12 @@ fn broken_folders_are_refused() {
     std::fs::write(tmp.join("config.json"), cfg.replace("\"llama\"", "\"rwkv\"")).unwrap();
     std::fs::copy(dir("llama").join("model.safetensors"), tmp.join("model.safetensors")).unwrap();
     assert!(err(&tmp).contains("rwkv"), "unknown model_type: {}", err(&tmp));
+    // Stop ids that are no token of the model (a GGUF's are refused the same way).
+    std::fs::write(tmp.join("config.json"), &cfg).unwrap();
+    std::fs::write(tmp.join("generation_config.json"), r#"{"eos_token_id": [2, 999999]}"#).unwrap();
+    let e = err(&tmp);
+    assert!(e.contains("generation_config.json: eos_token_id 999999 is not a token"), "{e}");
+    std::fs::remove_file(tmp.join("generation_config.json")).unwrap();
     assert!("q3_z".parse::<ferrolm::model::hf::Quantize>().is_err());
     let _ = std::fs::remove_dir_all(&tmp);
 }

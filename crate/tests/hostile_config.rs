@@ -65,6 +65,8 @@ fn gguf_metadata_out_of_range_is_refused() {
         ("llama", ".context_length", big.clone()),
         ("llama", ".rope.dimension_count", big.clone()),
         ("llama", ".rope.dimension_count", Value::U32(0)),
+        ("llama", ".rope.scaling.type", Value::String("yarn".into())),
+        ("llama", ".rope.scaling.type", Value::String("bogus".into())),
         ("llama", ".rope.freq_base", Value::F32(-1.0)),
         ("llama", ".rope.freq_base", Value::F32(f32::NAN)),
         ("llama", ".rope.freq_base", Value::F32(f32::INFINITY)),

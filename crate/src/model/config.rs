@@ -217,7 +217,16 @@ impl ModelConfig {
         let context_train = count(g, &k("context_length"), bounds::POSITIONS)?.unwrap_or(4096);
         let rope_linear_scale = match g.get_str(&k("rope.scaling.type"))? {
             Some("linear") => real(g, &k("rope.scaling.factor"), bounds::positive)?.unwrap_or(1.0),
-            _ => 1.0,
+            None | Some("none") => 1.0,
+            // Running YaRN (or anything else) as plain rope would drift silently past the
+            // original context: refused until it is implemented for GGUF files.
+            Some(other) => {
+                return Err(Error::Unsupported(format!(
+                    "{}: {} = {other:?} (GGUF files: linear or none; a YaRN model runs from its safetensors folder)",
+                    g.name,
+                    k("rope.scaling.type")
+                )))
+            }
         };
         if rope_linear_scale <= 0.0 || !rope_linear_scale.is_finite() || rope_theta <= 0.0 || !rope_theta.is_finite() {
             return Err(Error::Model(format!(

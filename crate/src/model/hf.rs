@@ -215,6 +215,25 @@ impl<S: AsyncSource> HfModel<S> {
         Fut: std::future::Future<Output = Result<S>>,
     {
         let (hf, cfg, generation) = files.configs()?;
+        // The ids the configs name must be tokens of the model, as a GGUF's must.
+        let (config, gen_config) = if files.mlc.is_some() {
+            ("mlc-chat-config.json", "mlc-chat-config.json")
+        } else {
+            ("config.json", "generation_config.json")
+        };
+        let named = [(config, "bos_token_id", &hf.bos_token_id), (config, "eos_token_id", &hf.eos_token_id)]
+            .into_iter()
+            .chain(generation.iter().flat_map(|g| {
+                [(gen_config, "bos_token_id", &g.bos_token_id), (gen_config, "eos_token_id", &g.eos_token_id)]
+            }));
+        for (file, key, ids) in named {
+            if let Some(id) = ids.iter().find(|&&i| i >= cfg.vocab as u64) {
+                return Err(Error::Model(format!(
+                    "{file}: {key} {id} is not a token of the model (its vocabulary has {} tokens)",
+                    cfg.vocab
+                )));
+            }
+        }
         let tokenizer_config = files.tokenizer_config.as_deref().map(TokenizerConfig::from_json).transpose()?;
         let st = match &files.mlc {
             Some(w) => super::mlc::open_tensors(w, open).await?,
