@@ -136,16 +136,42 @@ fn chat_features_on_the_default_model() {
 fn out_of_range_request_fields_are_refused() {
     let Some(mut e) = engine() else { return };
     let msgs = json!([{ "role": "user", "content": "Hi" }]);
+    let call = |f: Value| json!([{ "role": "user", "content": "Hi" }, { "role": "assistant", "content": null, "tool_calls": f }]);
     for (field, v, want) in [
         ("temperature", json!(5), "temperature must be in [0, 2], got 5"),
         ("temperature", json!(-0.5), "temperature must be in [0, 2]"),
+        ("temperature", json!(1e39), "temperature is out of range"),
+        ("logit_bias", json!({ "5": 1e39 }), "logit_bias is out of range"),
         ("top_p", json!(1.5), "top-p must be in (0, 1]"),
         ("frequency_penalty", json!(3), "frequency penalty must be in [-2, 2]"),
+        ("stop", json!(5), "stop must be a string or an array of strings, got 5"),
+        ("stop", json!(["a", 5]), "stop must be a string or an array of strings, got 5"),
+        ("messages", json!([{ "role": 5, "content": "x" }]), "messages[0]: role must be a string, got 5"),
+        (
+            "messages",
+            json!([{ "role": "user", "content": [{ "type": "image_url" }] }]),
+            "content[0] is of type \"image_url\"",
+        ),
+        ("messages", json!([{ "role": "user", "content": [5] }]), "content[0] must be a text part"),
+        ("messages", call(json!("junk")), "messages[1]: tool_calls must be an array"),
+        ("messages", call(json!([{ "id": "a", "type": "function" }])), "tool_calls[0] needs function.name"),
+        (
+            "messages",
+            call(json!([{ "id": "a", "type": "function", "function": { "name": "f", "arguments": "{not json" } }])),
+            "arguments must be a JSON object",
+        ),
+        (
+            "messages",
+            json!([{ "role": "tool", "content": "1", "tool_call_id": 5 }]),
+            "tool_call_id must be a string, got 5",
+        ),
     ] {
         let mut body = json!({ "messages": msgs, "max_tokens": 2 });
         body[field] = v;
-        let req = ChatRequest::from_json(&body.to_string()).unwrap();
-        let err = ChatRun::new(&mut e, &req, 1, 0, "x".into()).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = match ChatRequest::from_json(&body.to_string()) {
+            Err(e) => e.to_string(),
+            Ok(req) => ChatRun::new(&mut e, &req, 1, 0, "x".into()).err().map(|e| e.to_string()).unwrap_or_default(),
+        };
         assert!(err.contains(want), "{field}: {err:?}");
     }
 }

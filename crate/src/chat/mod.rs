@@ -60,11 +60,27 @@ pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-#[derive(Clone, Debug, serde::Deserialize)]
-#[serde(untagged)]
+#[derive(Clone, Debug)]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
+}
+
+// By hand: an untagged enum's error ("did not match any variant") does not say what `stop` takes.
+impl<'de> serde::Deserialize<'de> for Stop {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Stop, D::Error> {
+        let bad =
+            |v: &Value| serde::de::Error::custom(format!("stop must be a string or an array of strings, got {v}"));
+        match Value::deserialize(d)? {
+            Value::String(s) => Ok(Stop::One(s)),
+            Value::Array(a) => a
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| bad(v)))
+                .collect::<std::result::Result<_, _>>()
+                .map(Stop::Many),
+            v => Err(bad(&v)),
+        }
+    }
 }
 
 impl ChatRequest {
@@ -77,7 +93,24 @@ impl ChatRequest {
                 "chat.completions.create: the request must be a JSON object {messages, ...}, not an array".into(),
             ));
         }
-        serde_json::from_str(text).map_err(|e| Error::InvalidOption(format!("chat.completions.create: {e}")))
+        let req: ChatRequest =
+            serde_json::from_str(text).map_err(|e| Error::InvalidOption(format!("chat.completions.create: {e}")))?;
+        // A number past f32's range parses as infinity: say so, not "got inf" later.
+        let floats = [
+            ("temperature", req.temperature),
+            ("top_p", req.top_p),
+            ("min_p", req.min_p),
+            ("repetition_penalty", req.repetition_penalty),
+            ("frequency_penalty", req.frequency_penalty),
+            ("presence_penalty", req.presence_penalty),
+        ];
+        let biases = req.logit_bias.iter().flatten().map(|(_, v)| ("logit_bias", Some(*v)));
+        if let Some((name, _)) = floats.into_iter().chain(biases).find(|(_, v)| v.is_some_and(f32::is_infinite)) {
+            return Err(Error::InvalidOption(format!(
+                "chat.completions.create: {name} is out of range (a number of at most 3.4e38 in size)"
+            )));
+        }
+        Ok(req)
     }
 }
 
@@ -95,11 +128,14 @@ fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>> {
         if let Some(k) = o.keys().find(|k| !MESSAGE_FIELDS.contains(&k.as_str())) {
             return bad(i, format!("unknown field {k}"));
         }
-        let role = match o.get("role").and_then(Value::as_str) {
-            Some("developer") => "system",
-            Some(r @ ("system" | "user" | "assistant" | "tool")) => r,
-            Some(r) => return bad(i, format!("unknown role {r:?} (system, developer, user, assistant or tool)")),
-            None => return bad(i, "role is missing".into()),
+        let role = match o.get("role") {
+            Some(Value::String(r)) if r == "developer" => "system",
+            Some(Value::String(r)) if ["system", "user", "assistant", "tool"].contains(&r.as_str()) => r.as_str(),
+            Some(Value::String(r)) => {
+                return bad(i, format!("unknown role {r:?} (system, developer, user, assistant or tool)"))
+            }
+            None | Some(Value::Null) => return bad(i, "role is missing".into()),
+            Some(v) => return bad(i, format!("role must be a string, got {v}")),
         };
         let content = match o.get("content") {
             None | Some(Value::Null) => {
@@ -111,16 +147,25 @@ fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>> {
             Some(Value::String(s)) => Value::String(s.clone()),
             Some(Value::Array(parts)) => {
                 let mut text = String::new();
-                for p in parts {
+                for (j, p) in parts.iter().enumerate() {
                     match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
                         (Some("text") | None, Some(t)) => text += t,
-                        (t, _) => return bad(i, format!("content part of type {t:?} is not supported (text only)")),
+                        (Some(t), _) if t != "text" => {
+                            return bad(i, format!("content[{j}] is of type {t:?}; only text parts are supported"))
+                        }
+                        _ => {
+                            return bad(
+                                i,
+                                format!("content[{j}] must be a text part {{\"type\": \"text\", \"text\": ...}}"),
+                            )
+                        }
                     }
                 }
                 Value::String(text)
             }
             Some(_) => return bad(i, "content must be a string or an array of text parts".into()),
         };
+        check_tool_fields(o, role).map_err(|m| Error::InvalidOption(format!("messages[{i}]: {m}")))?;
         let mut n = o.clone();
         n.insert("role".into(), Value::String(role.into()));
         n.insert("content".into(), content);
@@ -128,6 +173,44 @@ fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>> {
         out.push(Value::Object(n));
     }
     Ok(out)
+}
+
+/// OpenAI's shapes of an assistant's `tool_calls` ([{id, type: "function", function: {name,
+/// arguments}}], arguments a JSON text) and of a tool message's `tool_call_id`: templates render
+/// whatever they get, so a malformed call would go into the prompt as it is.
+fn check_tool_fields(o: &serde_json::Map<String, Value>, role: &str) -> std::result::Result<(), String> {
+    if let Some(calls) = o.get("tool_calls").filter(|v| !v.is_null()) {
+        if role != "assistant" {
+            return Err("tool_calls belong to assistant messages".into());
+        }
+        let shape = "an array of {id, type: \"function\", function: {name, arguments}}";
+        let Some(calls) = calls.as_array() else { return Err(format!("tool_calls must be {shape}")) };
+        for (j, c) in calls.iter().enumerate() {
+            let f = c.get("function");
+            let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
+            let args = f.and_then(|f| f.get("arguments"));
+            if !c.is_object() || name.is_none_or(str::is_empty) {
+                return Err(format!("tool_calls[{j}] needs function.name (tool_calls must be {shape})"));
+            }
+            if c.get("type").is_some_and(|t| t != "function") {
+                return Err(format!("tool_calls[{j}].type must be \"function\""));
+            }
+            if c.get("id").is_some_and(|v| !v.is_string()) {
+                return Err(format!("tool_calls[{j}].id must be a string"));
+            }
+            match args {
+                None | Some(Value::Object(_)) => {}
+                Some(Value::String(t)) if serde_json::from_str::<Value>(t).is_ok_and(|v| v.is_object()) => {}
+                Some(_) => return Err(format!("tool_calls[{j}].function.arguments must be a JSON object (as text)")),
+            }
+        }
+    }
+    match o.get("tool_call_id") {
+        Some(Value::String(_)) if role == "tool" => Ok(()),
+        Some(v) if !v.is_null() && role == "tool" => Err(format!("tool_call_id must be a string, got {v}")),
+        Some(v) if !v.is_null() => Err("tool_call_id belongs to tool messages".into()),
+        _ => Ok(()),
+    }
 }
 
 /// Everything a request resolves to before generating.
