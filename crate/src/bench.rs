@@ -113,24 +113,39 @@ fn median(v: &[f64]) -> f64 {
 
 /// Context needed for these options; load the engine with at least this.
 pub fn context_needed(o: &BenchOptions) -> usize {
-    o.depth.unwrap_or(o.prompt_len).max(o.prompt_len) + o.gen + 1
+    o.depth.unwrap_or(o.prompt_len).max(o.prompt_len).saturating_add(o.gen).saturating_add(1)
 }
 
 /// Warm-up prefills before the measured repetitions: at most this many, for at least this long.
 const WARMUP_MAX: usize = 32;
 const WARMUP_MS: f64 = 1500.0;
 
+impl BenchOptions {
+    /// The options' own limits, before any model is loaded.
+    pub fn validate(&self) -> Result<()> {
+        let inflight = self.inflight.unwrap_or(crate::engine::PIPELINE_DEPTH);
+        if self.prompt_len == 0 || self.gen == 0 || self.reps == 0 || inflight == 0 || self.depth == Some(0) {
+            return Err(Error::InvalidOption(
+                "bench needs --prompt-len, --gen, --reps, --inflight and --depth of at least 1".into(),
+            ));
+        }
+        let slots = crate::model::forward::TOKEN_SLOTS;
+        if inflight > slots {
+            return Err(Error::InvalidOption(format!("bench --inflight {inflight}: at most {slots} steps")));
+        }
+        let (need, max) = (context_needed(self), crate::model::forward::MAX_CONTEXT);
+        if need > max {
+            return Err(Error::InvalidOption(format!(
+                "bench: --depth / --prompt-len plus --gen need a {need}-token context; at most {max}"
+            )));
+        }
+        Ok(())
+    }
+}
+
 pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
+    o.validate()?;
     let inflight = o.inflight.unwrap_or(crate::engine::PIPELINE_DEPTH);
-    if o.prompt_len == 0 || o.gen == 0 || o.reps == 0 || inflight == 0 {
-        return Err(Error::InvalidOption(
-            "bench needs --prompt-len, --gen, --reps and --inflight of at least 1".into(),
-        ));
-    }
-    let slots = crate::model::forward::TOKEN_SLOTS;
-    if inflight > slots {
-        return Err(Error::InvalidOption(format!("bench --inflight {inflight}: at most {slots} steps")));
-    }
     let depth = o.depth.unwrap_or(o.prompt_len);
     if let Some(p) = &o.sampling {
         crate::sampler::Sampler::new(p.clone())?;

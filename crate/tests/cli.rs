@@ -84,6 +84,19 @@ fn negative_values_reach_the_option_checks() {
     let o = ferrolm(&[&base[..], &["--json", "--logprobs", "21"]].concat(), Stdio::null());
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--logprobs takes 0 to 20 alternatives, got 21"), "{}", stderr(&o));
+    // Nothing to do is not success.
+    for (args, want) in [
+        (
+            vec!["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "0"],
+            "--max-tokens must be at least 1",
+        ),
+        (vec!["bench", "--model", &m, "--depth", "0"], "--depth of at least 1"),
+        (vec!["bench", "--model", &m, "--depth", "999999999"], "at most 131072"),
+    ] {
+        let o = ferrolm(&args, Stdio::null());
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
 }
 
 #[test]

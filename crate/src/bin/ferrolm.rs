@@ -367,6 +367,7 @@ fn load(m: &ModelArgs, quiet: bool) -> Result<Engine> {
 }
 
 fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()> {
+    o.validate()?;
     let ctx = ferrolm::bench::context_needed(o);
     let opts = LoadOptions { context_length: Some(ctx), max_batch: o.prompt_len.clamp(1, 512), ..Default::default() };
     let mut engine = block_on(Engine::load_path(std::path::Path::new(model), &opts, &mut |_, _, _| {}))?;
@@ -413,6 +414,14 @@ fn bench(model: &str, o: &ferrolm::bench::BenchOptions, json: bool) -> Result<()
 }
 
 /// Exactly these ids: an empty item (`1,,2`) is an error, not skipped.
+/// --max-tokens 0 would print nothing and succeed (a chat request's max_tokens 0 is refused too).
+fn at_least_one_token(max_tokens: usize) -> Result<()> {
+    if max_tokens == 0 {
+        return Err(Error::InvalidOption("--max-tokens must be at least 1".into()));
+    }
+    Ok(())
+}
+
 fn parse_ids(option: &str, s: &str) -> Result<Vec<u32>> {
     s.split(',')
         .map(|p| p.trim())
@@ -436,6 +445,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             "--logprobs and --top-logits are reported in the --json output: add --json".into(),
         ));
     }
+    at_least_one_token(a.max_tokens)?;
     if let Some(k) = a.logprobs.filter(|&k| k > ferrolm::generation::MAX_TOP_LOGPROBS) {
         return Err(Error::InvalidOption(format!(
             "--logprobs takes 0 to {} alternatives, got {k}",
@@ -514,6 +524,7 @@ fn chat(a: ChatArgs) -> Result<()> {
     let defaults = SamplingParams { temperature: 0.7, top_p: 0.9, repetition_penalty: 1.1, ..Default::default() };
     let sampling = a.sampling.params(defaults);
     sampling.validate()?;
+    at_least_one_token(a.max_tokens)?;
     let mut engine = load(&a.model, false)?;
     let mut msgs = Vec::new();
     if let Some(s) = &a.system {
@@ -680,6 +691,16 @@ fn tokenize(model: &str, text: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// A key or tensor name as read from the file: quoted and escaped when it holds control
+/// characters, so a hostile file cannot write escape sequences or forge lines on the terminal.
+fn name_text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        format!("{s:?}").into()
+    } else {
+        s.into()
+    }
+}
+
 fn short(v: &Value) -> String {
     match v {
         Value::String(s) if s.chars().count() > 80 => {
@@ -720,11 +741,11 @@ fn inspect(model: &str, json: bool) -> Result<()> {
             let kind = if files.mlc.is_some() { "MLC" } else { "Hugging Face" };
             outln!("{model}: {kind} folder, model_type {}, {} tensors", hf.model_type, names.len());
             match cfg {
-                Ok(c) => outln!("config: {c:?}"),
+                Ok(c) => outln!("config: {}", serde_json::json!(c)),
                 Err(e) => outln!("config: not runnable: {e}"),
             }
             for n in names {
-                outln!("  {n}");
+                outln!("  {}", name_text(n));
             }
         }
         return Ok(());
@@ -758,16 +779,16 @@ fn inspect(model: &str, json: bool) -> Result<()> {
         g.data_offset
     );
     for (k, v) in &g.metadata {
-        outln!("  {k} = {}", short(v));
+        outln!("  {} = {}", name_text(k), short(v));
     }
     match cfg {
-        Ok(c) => outln!("config: {c:?}"),
+        Ok(c) => outln!("config: {}", serde_json::json!(c)),
         Err(e) => outln!("config: not runnable: {e}"),
     }
     let total: u64 = g.tensors.iter().map(|t| t.n_bytes).sum();
     outln!("tensors ({} MiB):", total >> 20);
     for t in &g.tensors {
-        outln!("  {:<40} {:<5} {:?}", t.name, t.ty.name(), t.dims);
+        outln!("  {:<40} {:<5} {:?}", name_text(&t.name), t.ty.name(), t.dims);
     }
     Ok(())
 }

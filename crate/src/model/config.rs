@@ -203,7 +203,19 @@ impl ModelConfig {
                 g.name
             )));
         }
-        let head_dim = count(g, &k("attention.key_length"), bounds::HEAD_DIM)?.unwrap_or(hidden / n_heads);
+        let head_dim = match count(g, &k("attention.key_length"), bounds::HEAD_DIM)? {
+            Some(d) => d,
+            None if !hidden.is_multiple_of(n_heads) => {
+                return Err(Error::Model(format!(
+                    "{}: {} {hidden} is not a multiple of {} {n_heads} (and {} is not given)",
+                    g.name,
+                    k("embedding_length"),
+                    k("attention.head_count"),
+                    k("attention.key_length")
+                )))
+            }
+            None => hidden / n_heads,
+        };
         let vocab = match g.get_u64(&k("vocab_size"))? {
             Some(v) => bounds::int(&g.name, &k("vocab_size"), v, bounds::VOCAB)?,
             None => match g.get_array("tokenizer.ggml.tokens")? {
@@ -312,15 +324,14 @@ impl ModelConfig {
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(8) || self.head_dim > 256 {
             return bad(format!("head dimension {} (must be a multiple of 8, at most 256)", self.head_dim));
         }
-        if self.rope_dim > self.head_dim
-            || self.rope_dim == 0
-            || !self.rope_dim.is_multiple_of(2)
-            || !(self.rms_eps >= 0.0 && self.rms_eps.is_finite())
-        {
+        if self.rope_dim > self.head_dim || self.rope_dim == 0 || !self.rope_dim.is_multiple_of(2) {
             return bad(format!(
-                "rope dimension {} with head dimension {} (rms eps {})",
-                self.rope_dim, self.head_dim, self.rms_eps
+                "rotary dimension {} for heads of {} (an even number from 2 to the head dimension)",
+                self.rope_dim, self.head_dim
             ));
+        }
+        if !(self.rms_eps >= 0.0 && self.rms_eps.is_finite()) {
+            return bad(format!("norm epsilon {} (a finite number >= 0)", self.rms_eps));
         }
         if self.layer_sliding.len() != self.n_layers || self.layer_linear.len() != self.n_layers {
             return bad(format!("{} layer types for {} layers", self.layer_sliding.len(), self.n_layers));

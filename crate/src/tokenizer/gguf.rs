@@ -109,7 +109,11 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
                 // llama.cpp writes -1 (as a signed or wrapped value) for "none".
                 _ if v.as_i64() == Some(-1) || v.as_u64() == Some(u32::MAX as u64) => Ok(None),
                 _ => {
-                    let shown = v.as_i64().map(|x| x.to_string()).unwrap_or_else(|| format!("{v:?}"));
+                    let shown = v
+                        .as_i64()
+                        .map(|x| x.to_string())
+                        .or_else(|| v.as_str().map(|t| format!("{t:?} (a string)")))
+                        .unwrap_or_else(|| format!("a value of type {}", v.type_name()));
                     Err(tok_err(format!(
                         "tokenizer.ggml.{key} = {shown} is not a token id (the vocabulary has {n} tokens)"
                     )))

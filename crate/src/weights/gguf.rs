@@ -32,7 +32,7 @@ pub enum GgufError {
     Io { name: String, offset: u64, msg: String },
     #[error("{name}: the file is empty")]
     Empty { name: String },
-    #[error("{name}: not a GGUF file (magic {found:?}{hint})")]
+    #[error("{name}: not a GGUF file (it starts with {found}{hint})")]
     BadMagic { name: String, found: String, hint: &'static str },
     #[error("{name}: GGUF version {version} is not supported (2 and 3 are)")]
     UnsupportedVersion { name: String, version: u32 },
@@ -392,12 +392,16 @@ fn magic_hint(src: &dyn ByteSource, len: u64) -> &'static str {
     if src.read_at(0, &mut peek).is_err() {
         return "";
     }
+    // safetensors: an 8-byte little-endian header length, then the JSON header.
+    if peek.len() > 9 && peek[8] == b'{' && u64::from_le_bytes(peek[..8].try_into().unwrap()) < len {
+        return "; this is a safetensors file: pass the model's folder (config.json beside it)";
+    }
     let text = String::from_utf8_lossy(&peek);
     let text = text.trim_start_matches('\u{feff}').trim_start();
     if text.starts_with('<') {
         "; this looks like an HTML page, e.g. an error page served instead of the model"
     } else if text.starts_with('{') || text.starts_with('[') {
-        "; this looks like JSON, e.g. an error response or a safetensors index"
+        "; this looks like JSON, e.g. an error response, a config.json or a safetensors index (pass the model's folder)"
     } else {
         ""
     }
@@ -427,7 +431,7 @@ impl GgufFile {
                 r.pos = 0;
                 return Err(r.truncated("magic", 4));
             }
-            let found = String::from_utf8_lossy(&head).escape_debug().to_string();
+            let found = format!("{:?}", String::from_utf8_lossy(&head));
             return Err(GgufError::BadMagic { name, found, hint: magic_hint(src, len) });
         }
         let version = r.u32("version")?;
