@@ -198,6 +198,10 @@ fn plain(msg: &str) -> String {
     let first = msg.lines().next().unwrap_or("").trim();
     if first.contains("NoExtensionBias") {
         "no text can match it (its language is empty: every rule refers back to itself)".into()
+    } else if first.ends_with("regex parse error:") {
+        // The regex crate puts the pattern, a caret and then the reason on lines of their own.
+        let why = msg.lines().rev().find_map(|l| l.trim().strip_prefix("error: ")).unwrap_or("invalid pattern");
+        format!("{first} {why}")
     } else {
         first.to_string()
     }
@@ -206,6 +210,12 @@ fn plain(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::plain;
+
+    #[test]
+    fn regex_errors_keep_their_reason() {
+        let msg = "JSON schema: regex parse error:\n    ((((\n        ^\nerror: unclosed group";
+        assert_eq!(plain(msg), "JSON schema: regex parse error: unclosed group");
+    }
 
     #[test]
     fn llguidance_messages_lose_their_state_dump() {

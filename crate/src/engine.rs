@@ -280,8 +280,17 @@ impl Engine {
             None => {
                 let tok = self.tokenizer()?;
                 let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
-                ChatTemplate::fallback(&self.rt.cfg.arch, &text(tok.bos_id()), &text(tok.eos_id()))
-                    .render_json(messages, tools, true)?
+                let fallback = ChatTemplate::fallback(&self.rt.cfg.arch, &text(tok.bos_id()), &text(tok.eos_id()));
+                // ChatML spelled out in characters is no chat format the model knows: its
+                // answer would be noise. transformers refuses such a model's chat too.
+                let chatml = fallback.source() == crate::chat_template::CHATML;
+                if chatml && ["<|im_start|>", "<|im_end|>"].iter().any(|t| tok.token_id(t).is_none()) {
+                    return Err(Error::Template(format!(
+                        "{} has no chat template, and its vocabulary has no ChatML tokens to fall back on: give a prompt (or token ids) instead of chat messages",
+                        self.source_name
+                    )));
+                }
+                fallback.render_json(messages, tools, true)?
             }
         };
         let ids = self.tokenizer()?.encode(&text)?;

@@ -22,6 +22,7 @@ pub mod sampler;
 #[cfg(feature = "tools")]
 pub mod synth;
 pub mod tokenizer;
+pub mod warnings;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -122,7 +122,8 @@ pub struct SamplingDefaults {
 }
 
 impl SamplingDefaults {
-    /// From generation_config.json's text (fields that are missing or not numbers are skipped).
+    /// From generation_config.json's text (fields that are missing or not numbers are skipped,
+    /// values a request could not give are dropped with a warning).
     pub fn from_generation_config(text: &str) -> SamplingDefaults {
         let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
         let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).map(|x| x as f32).filter(|x| x.is_finite());
@@ -133,6 +134,7 @@ impl SamplingDefaults {
             min_p: f("min_p"),
             repetition_penalty: f("repetition_penalty"),
         }
+        .checked("generation_config.json", ["temperature", "top_p", "min_p", "repetition_penalty"])
     }
 
     /// From a GGUF's `general.sampling.*` keys (llama.cpp's names).
@@ -145,6 +147,33 @@ impl SamplingDefaults {
             min_p: f("general.sampling.min_p"),
             repetition_penalty: f("general.sampling.penalty_repeat"),
         }
+        .checked(
+            &g.name,
+            [
+                "general.sampling.temp",
+                "general.sampling.top_p",
+                "general.sampling.min_p",
+                "general.sampling.penalty_repeat",
+            ],
+        )
+    }
+
+    /// Without the values out of their range (a temperature of -1 would fail every request
+    /// that relies on the model's defaults, blamed on the request); `keys` name them in `file`.
+    fn checked(mut self, file: &str, keys: [&str; 4]) -> SamplingDefaults {
+        let fields = [
+            (&mut self.temperature, keys[0], (|v: f32| v >= 0.0) as fn(f32) -> bool),
+            (&mut self.top_p, keys[1], |v| v > 0.0 && v <= 1.0),
+            (&mut self.min_p, keys[2], |v| (0.0..=1.0).contains(&v)),
+            (&mut self.repetition_penalty, keys[3], |v| v > 0.0),
+        ];
+        for (field, key, ok) in fields {
+            if let Some(v) = field.filter(|v| !ok(*v)) {
+                log::warn!("{file}: {key} = {v} is out of range; the request's or OpenAI's default applies");
+                *field = None;
+            }
+        }
+        self
     }
 
     /// Parameters for a chat request: the model's defaults, else OpenAI's.
@@ -305,6 +334,14 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_defaults_out_of_range_are_dropped() {
+        let d = super::SamplingDefaults::from_generation_config(
+            r#"{"temperature": -1, "top_p": 0.8, "repetition_penalty": 0}"#,
+        );
+        assert_eq!((d.temperature, d.top_p, d.repetition_penalty), (None, Some(0.8), None));
+    }
 
     #[test]
     fn greedy_and_ties() {

@@ -87,6 +87,10 @@ fn negative_values_reach_the_option_checks() {
     // Nothing to do is not success.
     for (args, want) in [
         (
+            vec!["generate", "--model", &m, "--chat", "hi", "--max-tokens", "1"],
+            "has no chat template, and its vocabulary has no ChatML tokens",
+        ),
+        (
             vec!["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "0"],
             "--max-tokens must be at least 1",
         ),

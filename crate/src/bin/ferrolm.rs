@@ -320,6 +320,7 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    ferrolm::warnings::install();
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Generate(a) => generate(a),

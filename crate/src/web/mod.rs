@@ -110,6 +110,7 @@ pub struct WasmEngine {
 /// pending and later call of that module with an `EngineCrashedError` instead of hanging.
 #[wasm_bindgen(start)]
 pub fn install_panic_hook() {
+    crate::warnings::install();
     std::panic::set_hook(Box::new(|info| {
         let msg = info.to_string();
         if let Ok(f) = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("__ferrolmPanic")) {
