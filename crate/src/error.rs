@@ -41,8 +41,17 @@ pub enum Error {
     Limits(String),
     #[error("invalid option: {0}")]
     InvalidOption(String),
-    #[error("prompt too long: {tokens} tokens plus {max_new} to generate exceed the context length {context}")]
+    #[error("{}", overflow_text(*tokens, *max_new, *context))]
     ContextOverflow { tokens: usize, max_new: usize, context: usize },
+}
+
+/// A generation's prompt and tokens to come, or an input run alone (embeddings, a bench fill).
+fn overflow_text(tokens: usize, max_new: usize, context: usize) -> String {
+    if max_new == 0 {
+        format!("input too long: {tokens} tokens exceed the context length {context}")
+    } else {
+        format!("prompt too long: {tokens} tokens plus {max_new} to generate exceed the context length {context}")
+    }
 }
 
 impl Error {
