@@ -47,7 +47,28 @@ pub fn from_js<T: serde::de::DeserializeOwned + Default>(json: &str, what: &str)
     if json.trim().is_empty() {
         return Ok(T::default());
     }
-    serde_json::from_str(json).map_err(|e| crate::Error::InvalidOption(format!("{what}: {e}")))
+    let v: T = serde_json::from_str(json).map_err(|e| crate::Error::InvalidOption(format!("{what}: {e}")))?;
+    // A number past f32's range would parse as infinity into a float option ("got inf").
+    if let Ok(tree) = serde_json::from_str::<serde_json::Value>(json) {
+        if let Some(key) = too_large(&tree, "") {
+            return Err(crate::Error::InvalidOption(format!(
+                "{what}: {key} is out of range (a number of at most 3.4e38 in size)"
+            )));
+        }
+    }
+    Ok(v)
+}
+
+/// The path of the first number in `v` beyond f32's range.
+fn too_large(v: &serde_json::Value, at: &str) -> Option<String> {
+    match v {
+        serde_json::Value::Number(n) => n.as_f64().filter(|x| x.abs() > f32::MAX as f64).map(|_| at.to_string()),
+        serde_json::Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| too_large(x, &format!("{at}[{i}]"))),
+        serde_json::Value::Object(m) => {
+            m.iter().find_map(|(k, x)| too_large(x, &if at.is_empty() { k.clone() } else { format!("{at}.{k}") }))
+        }
+        _ => None,
+    }
 }
 
 /// The fields options JSON (already accepted by `from_js`) gives.
@@ -268,6 +289,15 @@ fn floor_char(s: &str, mut i: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::{GenerateOptions, TextOut};
+
+    #[test]
+    fn numbers_past_f32_are_out_of_range() {
+        let e = GenerateOptions::from_json(r#"{"temperature": 1e39}"#, || 9).unwrap_err().to_string();
+        assert!(e.contains("generate options: temperature is out of range"), "{e}");
+        let e = GenerateOptions::from_json(r#"{"logitBias": {"5": -1e300}}"#, || 9).unwrap_err().to_string();
+        assert!(e.contains("logitBias.5 is out of range"), "{e}");
+        assert!(GenerateOptions::from_json(r#"{"seed": 18446744073709551615}"#, || 9).is_ok());
+    }
 
     #[test]
     fn options_from_package_json() {
