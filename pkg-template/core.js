@@ -493,7 +493,7 @@ export class LocalEngine {
    * Options are checked by the engine (an unknown one is an InvalidOptionError naming it).
    */
   async run(input, options = {}, emit = () => {}, signal) {
-    signal = this.live_(signal);
+    signal = this.callSignal(signal);
     if (signal?.aborted) throw abortReason(signal);
     await this.genLock.acquire(signal);
     try {
@@ -539,7 +539,7 @@ export class LocalEngine {
    * resolve to it directly. Stops early (finish 'stop') when `signal` aborts.
    */
   async chat(req, id, emit = () => {}, signal) {
-    signal = this.live_(signal);
+    signal = this.callSignal(signal);
     if (signal?.aborted) throw abortReason(signal);
     await this.genLock.acquire(signal);
     try {
@@ -571,7 +571,7 @@ export class LocalEngine {
    * progress. Resolves to the `list` object with every input's embedding.
    */
   async embed(req, emit = () => {}, signal) {
-    signal = this.live_(signal);
+    signal = this.callSignal(signal);
     if (signal?.aborted) throw abortReason(signal);
     await this.genLock.acquire(signal);
     try {
@@ -626,7 +626,7 @@ export class LocalEngine {
   }
 
   // A call's signal joined with unload()'s; after unload, EngineUnloadedError (or the crash).
-  live_(signal) {
+  callSignal(signal) {
     if (this.dead) throw this.dead;
     if (!this.wasm) throw namedError('EngineUnloadedError', 'the engine was unloaded');
     return AbortSignal.any(signal ? [signal, this.stopAll.signal] : [this.stopAll.signal]);

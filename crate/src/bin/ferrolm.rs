@@ -327,10 +327,8 @@ fn main() {
         Cmd::Chat(a) => chat(a),
         Cmd::ChatCompletion { model, request } => chat_completion(&model, &request),
         Cmd::Embed { model, text, ids, prompt_name, prompt, dimensions, json } => {
-            match ids.iter().map(|s| parse_ids("--ids", s)).collect::<Result<Vec<_>>>() {
-                Ok(ids) => embed(&model, text, ids, prompt_name, prompt, dimensions, json),
-                Err(e) => Err(e),
-            }
+            let ids = ids.iter().map(|s| parse_ids("--ids", s)).collect::<Result<Vec<_>>>();
+            ids.and_then(|ids| embed(&model, text, ids, prompt_name, prompt, dimensions, json))
         }
         Cmd::Diagnose { model, reference, json } => diagnose(model, reference, json),
         Cmd::Tokenize { model, text, json } => tokenize(&model, &text, json),

@@ -392,8 +392,11 @@ fn magic_hint(src: &dyn ByteSource, len: u64) -> &'static str {
     if src.read_at(0, &mut peek).is_err() {
         return "";
     }
-    // safetensors: an 8-byte little-endian header length, then the JSON header.
-    if peek.len() > 9 && peek[8] == b'{' && u64::from_le_bytes(peek[..8].try_into().unwrap()) < len {
+    let safetensors = |p: &[u8]| {
+        let n8: [u8; 8] = p[..8].try_into().expect("8 bytes");
+        p[8] == b'{' && super::safetensors::SafetensorsFile::header_len("", len, n8).is_ok()
+    };
+    if peek.len() > 8 && safetensors(&peek) {
         return "; this is a safetensors file: pass the model's folder (config.json beside it)";
     }
     let text = String::from_utf8_lossy(&peek);

@@ -291,7 +291,7 @@ impl SafetensorsFile {
     }
 
     /// The header length from the first 8 bytes, checked against the format's limit and the file.
-    fn header_len(name: &str, len: u64, n8: [u8; 8]) -> Result<u64, SafetensorsError> {
+    pub(crate) fn header_len(name: &str, len: u64, n8: [u8; 8]) -> Result<u64, SafetensorsError> {
         let header_len = u64::from_le_bytes(n8);
         let bad_len = |limit: u64, why: &'static str| {
             // A page or JSON document read as a shard gives a huge "length" made of ASCII.
