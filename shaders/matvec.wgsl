@@ -19,14 +19,13 @@ override NW_OFFSET: f32 = 0.0;
 override NW_OFF: u32 = 0u;       // norm weight offset in `vecs`
 override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;     // bias offset in `vecs`
-override GELU: bool = false;
-override RELU2: bool = false;   // BitNet's relu(x)^2
 override SOFTCAP: f32 = 0.0;    // EPI 0: y = SOFTCAP * tanh(v / SOFTCAP) (Gemma 2's final logits)
 override WG: u32 = 64u;         // invocations per workgroup: 32 to 512 (256 without subgroups), a multiple of 32 * S
 override ARGMAX: bool = false;  // EPI 0: also each workgroup's largest output (greedy decoding)
 override ROW0: u32 = 0u;        // EPI 0/1: the first row of y this dispatch writes
 override Y_ROWS: u32 = 0u;      // rows of y before the argmax pairs (0: N)
 override WG0: u32 = 0u;         // this dispatch's first argmax pair
+override YP: u32 = 0u;          // EPI 1: partials of a split FFN after y's N rows, added too (ffn_split.wgsl)
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
@@ -60,6 +59,9 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     }
     if (EPI == 1u) {
         extra += y[ROW0 + row];
+        for (var p = 1u; p <= YP; p++) {
+            extra += y[p * N + row];
+        }
     }
     let d = dot4(min(rows, vec4<u32>(N - 1u)), lid, slice, NORM);
     var v = join_slices(reduce4(d.v, lid), lid);
@@ -75,15 +77,7 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
                 gt += vecs[BIAS_OFF + first + t];
                 up += vecs[BIAS_OFF + first + t + N / 2u];
             }
-            var a: f32;
-            if (GELU) {
-                a = 0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt)));
-            } else if (RELU2) {
-                a = max(gt, 0.0) * max(gt, 0.0);
-            } else {
-                a = gt / (1.0 + exp(-gt));
-            }
-            y[first + t] = a * up;
+            y[first + t] = glu(gt, up);
         }
     } else {
         store(v, first, slice, t, slot, wgi, extra);

@@ -212,7 +212,16 @@ fn pacc(v: u32, sp: u32, n: u32) -> vec4<f32> {
 }
 
 // x[k .. k + 4), merged from the partials with MERGE. Eight splits' loads are issued together.
+// With XP, x is followed by XP partials of the previous layer's split FFN (ffn_split.wgsl, K
+// apart), summed into `xps` first (`sum_parts`).
+override XP: u32 = 0u;
+override XP_LEN: u32 = 1u;     // K / 4 with XP (x is then staged whole)
+var<workgroup> xps: array<vec4<f32>, XP_LEN>;
+
 fn xin(k: u32) -> vec4<f32> {
+    if (XP > 0u) {
+        return xps[k / 4u];
+    }
     if (!MERGE) {
         return x[k / 4u];
     }
@@ -394,61 +403,124 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
     var out: Dots;
     var ss = 0.0;
     let t = slice * 32u + lid % 32u;
-    let ch = chunk_len();
-    let last = K / ch - 1u;
     for (var k0 = 0u; k0 < K; k0 += KT) {
         let len = min(KT, K - k0);
         // This invocation's first chunk of the tile is requested before x is staged, so the two
-        // memory round trips overlap; each later chunk is requested one step ahead.
-        var w = wload4(r, min(k0 / ch + t, last));
+        // memory round trips overlap.
+        let w = wload4(r, first_chunk(k0, t));
         if (MERGE && k0 == 0u) {
             merge_weights(lid);
         }
-        workgroupBarrier();
-        if (IDOT) {
-            ss += stage_q(k0, len, lid, norm);
-            workgroupBarrier();
-            for (var c = t; c < len / 32u; c += 32u * S) {
-                let next = wload4(r, min(k0 / 32u + c + 32u * S, last));
-                let xq = xq_get(c);
-                out.v += vec4<f32>(idot(w.r0, xq), idot(w.r1, xq), idot(w.r2, xq), idot(w.r3, xq));
-                w = next;
-            }
-            continue;
+        if (XP > 0u && k0 == 0u) {
+            sum_parts(lid);
         }
-        ss += stage(k0, len, lid, norm);
         workgroupBarrier();
-        for (var c = t; c < len / ch; c += 32u * S) {
-            let next = wload4(r, min(k0 / ch + c + 32u * S, last));
-            let k = c * ch;
-            var xc: Xc;
-            xc.a0 = xget(k);
-            xc.a1 = xget(k + 4u);
-            if (LAYOUT >= 3u) {
-                xc.a2 = xget(k + 8u);
-                xc.a3 = xget(k + 12u);
-                xc.a4 = xget(k + 16u);
-                xc.a5 = xget(k + 20u);
-                xc.a6 = xget(k + 24u);
-                xc.a7 = xget(k + 28u);
-                let one = vec4<f32>(1.0);
-                xc.s_lo = dot(xc.a0 + xc.a1 + xc.a2 + xc.a3, one);
-                xc.s_hi = dot(xc.a4 + xc.a5 + xc.a6 + xc.a7, one);
-                var sc = Q4_SCALE;
-                if (LAYOUT == 4u) {
-                    sc = Q8_SCALE;
-                }
-                xc.a0 *= sc; xc.a1 *= sc; xc.a2 *= sc; xc.a3 *= sc;
-                xc.a4 *= sc; xc.a5 *= sc; xc.a6 *= sc; xc.a7 *= sc;
-            }
-            out.v += wdot4(w, xc);
-            w = next;
-        }
+        ss += stage_tile(k0, len, lid, norm);
+        workgroupBarrier();
+        out.v += tile_dots(r, k0, len, t, w);
     }
     if (norm) {
         out.ss = wg_sum(ss, lid);
     }
     return out;
+}
+
+// x plus the split FFN's partials, each vec4 summed by one invocation: all of them share the
+// partials' reads (staging has fewer active invocations: an eighth of x's length with integer
+// activations). Every invocation must call it (barrier).
+fn sum_parts(lid: u32) {
+    for (var v = lid; v < K / 4u; v += WG) {
+        var a = x[v];
+        for (var p = 1u; p <= XP; p++) {
+            a += x[p * (K / 4u) + v];
+        }
+        xps[v] = a;
+    }
+    workgroupBarrier();
+}
+
+// Stage x[k0 .. k0 + len) as the adapter's dot products read it; returns this invocation's sum
+// of squares of the raw x. Every invocation must call it.
+fn stage_tile(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
+    if (IDOT) {
+        return stage_q(k0, len, lid, norm);
+    }
+    return stage(k0, len, lid, norm);
+}
+
+// Invocation t's first chunk of the tile at k0 (clamped to the row).
+fn first_chunk(k0: u32, t: u32) -> u32 {
+    return min(k0 / chunk_len() + t, K / chunk_len() - 1u);
+}
+
+// Rows r against the staged tile x[k0 .. k0 + len): invocation t's chunks t, t + 32 S, ..,
+// the first (`w`, from `first_chunk`) loaded by the caller, each later one a step ahead.
+fn tile_dots(r: vec4<u32>, k0: u32, len: u32, t: u32, first: W4) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    var w = first;
+    let ch = chunk_len();
+    let last = K / ch - 1u;
+    if (IDOT) {
+        for (var c = t; c < len / 32u; c += 32u * S) {
+            let next = wload4(r, min(k0 / 32u + c + 32u * S, last));
+            let xq = xq_get(c);
+            v += vec4<f32>(idot(w.r0, xq), idot(w.r1, xq), idot(w.r2, xq), idot(w.r3, xq));
+            w = next;
+        }
+        return v;
+    }
+    for (var c = t; c < len / ch; c += 32u * S) {
+        let next = wload4(r, min(k0 / ch + c + 32u * S, last));
+        v += wdot4(w, x_chunk(c * ch));
+        w = next;
+    }
+    return v;
+}
+
+// The staged chunk at tile element k (the f32 staging).
+fn x_chunk(k: u32) -> Xc {
+    if (LAYOUT >= 3u) {
+        return xc_of(xget(k), xget(k + 4u), xget(k + 8u), xget(k + 12u), xget(k + 16u), xget(k + 20u), xget(k + 24u),
+                     xget(k + 28u));
+    }
+    let z = vec4<f32>(0.0);
+    return xc_of(xget(k), xget(k + 4u), z, z, z, z, z, z);
+}
+
+// One row's chunk c of the staged tile, with either staging.
+fn chunk_dot(w: Wc, c: u32) -> f32 {
+    if (IDOT) {
+        return idot(w, xq_get(c));
+    }
+    return wdot(w, x_chunk(c * chunk_len()));
+}
+
+// An activation chunk as `wdot` takes it: for quantized layouts prescaled, with its halves' sums.
+fn xc_of(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>,
+         a7: vec4<f32>) -> Xc {
+    if (LAYOUT < 3u) {
+        return Xc(a0, a1, a2, a3, a4, a5, a6, a7, 0.0, 0.0);
+    }
+    let one = vec4<f32>(1.0);
+    var sc = Q4_SCALE;
+    if (LAYOUT == 4u) {
+        sc = Q8_SCALE;
+    }
+    return Xc(a0 * sc, a1 * sc, a2 * sc, a3 * sc, a4 * sc, a5 * sc, a6 * sc, a7 * sc, dot(a0 + a1 + a2 + a3, one),
+              dot(a4 + a5 + a6 + a7, one));
+}
+
+// The GLU's activation of a gate value times its up value.
+override GELU: bool = false;
+override RELU2: bool = false;   // BitNet's relu(x)^2
+fn glu(gt: f32, up: f32) -> f32 {
+    if (GELU) {
+        return 0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt))) * up;
+    }
+    if (RELU2) {
+        return max(gt, 0.0) * max(gt, 0.0) * up;
+    }
+    return gt / (1.0 + exp(-gt)) * up;
 }
 
 var<workgroup> parts: array<vec4<f32>, 32>;

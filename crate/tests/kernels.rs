@@ -364,6 +364,120 @@ fn matvec_norm_and_glu() {
     }
 }
 
+/// The split FFN (ffn_split.wgsl): each workgroup's partial of down(GLU(gate+up(norm(x)))) after
+/// x, x itself untouched; then the readers: a matvec adds the partials to its normalized input
+/// (XP) and to its residual (YP).
+#[test]
+fn ffn_split_and_its_readers() {
+    let g = gpu();
+    let mut r = R::new();
+    let (ff, eps) = (256usize, 1e-5f32);
+    // Hidden sizes of one and of two down rows an invocation; 2 and 4 invocations a gate row.
+    // Every workgroup shape the adapter takes (`ffn_split_fits`): 32 and 64 units everywhere.
+    let mut ran = Vec::new();
+    for (l, idot, h, units) in [
+        (L::Q4, false, 96usize, 64usize),
+        (L::Q4, true, 320, 64),
+        (L::Q8(16), true, 96, 32),
+        (L::Q8h(32), false, 320, 32),
+        (L::Q4h, true, 320, 128),
+        (L::Q8(32), false, 96, 128),
+        (L::Q4, true, 320, 256),
+    ] {
+        let parts = ff / units;
+        let (gu_words, gu_meta, gu) = random_matrix(&mut r, l, 2 * ff, h);
+        let (d_words, d_meta, down) = random_matrix(&mut r, l, h, ff);
+        let mut x: Vec<f32> = r.vec(h).iter().map(|v| v * 3.0).collect();
+        x[37] = 250.0;
+        let nw = r.vec(h);
+        let vecs: Vec<f32> = [vec![0.0; 3], nw.clone()].concat();
+        let xn = rms(&x, &nw, eps);
+        let lin = if idot {
+            let inv = xn[0] / (x[0] * nw[0]);
+            let xw: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            cpu_linear_idot(&xw, &gu, &block_offsets(l, &gu_meta), 2 * ff, h).iter().map(|d| d * inv).collect()
+        } else {
+            cpu_linear(&xn, &gu, 1, 2 * ff, h, None, None)
+        };
+        let act: Vec<f64> =
+            (0..ff).map(|j| lin[j] as f64 / (1.0 + (-lin[j] as f64).exp()) * lin[ff + j] as f64).collect();
+        let mut want = x.clone();
+        // The sums' terms are large against their results (weights up to ~12, the outlier):
+        // f32 rounding is measured against the largest sum of absolute terms.
+        let mut mag = 0f64;
+        for p in 0..parts {
+            want.extend((0..h).map(|row| {
+                let terms = (p * units..(p + 1) * units).map(|j| down[row * ff + j] as f64 * act[j]);
+                mag = mag.max(terms.clone().map(f64::abs).sum());
+                terms.sum::<f64>() as f32
+            }));
+        }
+        let (gate_up, down_m) =
+            (gpu_matrix(&g, l, (&gu_words, &gu_meta), 2 * ff, h), gpu_matrix(&g, l, (&d_words, &d_meta), h, ff));
+        let xb = buf_f32(&g, &[x.clone(), vec![f32::NAN; parts * h]].concat());
+        let vb = buf_f32(&g, &vecs);
+        let c = caps(&g, idot);
+        let norm = Norm { at: 3, eps, offset: 0.0 };
+        let mut fits = false;
+        run(&g, c, [1, 0, 0], |rec| {
+            fits = matvec::ffn_split_fits(rec, &gate_up, &down_m, units);
+            let (gate_up, down, x, vecs, act) = (&gate_up, &down_m, &xb, &vb, Act::default());
+            if fits {
+                matvec::ffn_split(rec, matvec::FfnSplit { gate_up, down, x, vecs, norm, act, units });
+            }
+        });
+        if !fits {
+            continue;
+        }
+        ran.push(units);
+        let what = format!("ffn split {l:?} idot={idot} hidden {h} units {units}");
+        assert_close(
+            &read(&g, &xb, (1 + parts) * h),
+            &want,
+            1e-4 * (ff as f32).sqrt() + 2e-6 * mag as f32,
+            1e-4,
+            &what,
+        );
+
+        // Readers: y = W · norm(x + sum of partials) + (y + its partials).
+        let (n, k) = (40usize, h);
+        let (words, meta, dense) = random_matrix(&mut r, l, n, k);
+        let xs: Vec<Vec<f32>> = (0..=parts).map(|_| r.vec(k)).collect();
+        let ys: Vec<Vec<f32>> = (0..=parts).map(|_| r.vec(n)).collect();
+        let sum = |v: &[Vec<f32>]| -> Vec<f32> { (0..v[0].len()).map(|i| v.iter().map(|p| p[i]).sum()).collect() };
+        let (xsum, ysum) = (sum(&xs), sum(&ys));
+        let xn = rms(&xsum, &nw, eps);
+        let want = if idot {
+            let inv = xn[0] / (xsum[0] * nw[0]);
+            let xw: Vec<f32> = xsum.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            let d = cpu_linear_idot(&xw, &dense, &block_offsets(l, &meta), n, k);
+            d.iter().zip(&ysum).map(|(d, y)| d * inv + y).collect()
+        } else {
+            cpu_linear(&xn, &dense, 1, n, k, None, Some(&ysum))
+        };
+        let w = gpu_matrix(&g, l, (&words, &meta), n, k);
+        let (xb, yb) = (buf_f32(&g, &xs.concat()), buf_f32(&g, &ys.concat()));
+        let mv = MatVec {
+            norm: Some(norm),
+            epilogue: Epilogue::Add,
+            x_parts: parts,
+            y_parts: parts,
+            ..MatVec::new("y", &w, &xb, &yb, &vb)
+        };
+        run(&g, c, [1, 0, 0], |rec| {
+            matvec::matvec(rec, mv);
+        });
+        assert_close(
+            &read(&g, &yb, n),
+            &want,
+            1e-4 * (k as f32).sqrt(),
+            1e-4,
+            &format!("split FFN readers {l:?} idot={idot}"),
+        );
+    }
+    assert!(ran.contains(&32) && ran.contains(&64), "split FFN shapes run: {ran:?}");
+}
+
 #[test]
 fn matvec_all_layouts() {
     let g = gpu();
@@ -656,6 +770,7 @@ fn qkv_rope_fused_decode() {
             head_dim: hd,
             rot: hd,
             cap: ctx,
+            x_parts: 0,
             x_tile: Some(64),
         };
         run(&g, caps(&g, idot), [1, pos0 as u32, 0], |rec| matvec::qkv_rope(rec, q));

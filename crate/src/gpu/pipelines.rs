@@ -55,6 +55,8 @@ const F16_ENABLE: &str = "enable f16;\n";
 pub enum Kernel {
     MatVec,
     QkvRope,
+    /// Decode's whole FFN of a small model, split over its width (ffn_split.wgsl).
+    FfnSplit,
     /// The prefill matmul in f32 (any adapter).
     MatMul,
     /// The prefill matmul on matrix units in 64x64 tiles (chosen by the forward pass only
@@ -94,9 +96,10 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 26] = [
+    pub const ALL: [Kernel; 27] = [
         Kernel::MatVec,
         Kernel::QkvRope,
+        Kernel::FfnSplit,
         Kernel::MatMul,
         Kernel::MatMulCoop,
         Kernel::MatMulWide,
@@ -150,6 +153,7 @@ impl Kernel {
         let (body, weights, reduce) = match self {
             Kernel::MatVec => (shader!("matvec.wgsl"), false, true),
             Kernel::QkvRope => (shader!("qkv_rope.wgsl"), false, true),
+            Kernel::FfnSplit => (shader!("ffn_split.wgsl"), false, true),
             Kernel::MatMul => (shader!("matmul.wgsl"), true, false),
             Kernel::MatMulCoop => (shader!("matmul_coop.wgsl"), true, false),
             Kernel::MatMulWide => (shader!("matmul_coop_wide.wgsl"), true, false),
@@ -214,6 +218,9 @@ impl Kernel {
                 Some(ReadWrite),
                 Some(Read),
             ],
+            Kernel::FfnSplit => {
+                &[Some(Read), Some(Read), Some(ReadWrite), None, Some(Read), Some(Uniform), Some(Read), Some(Read)]
+            }
             Kernel::Embed => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
             Kernel::RmsNorm => {
                 &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform), Some(ReadWrite)]

@@ -4,8 +4,9 @@
 //! slot) and replays the list in one compute pass and one submit.
 //!
 //! Two programs come from the same description: single-token decode (`decode_layer`, fused: 5
-//! dispatches per layer) and batched prefill (`prefill_layer`: tiled matmuls, separate
-//! norm/rope/activation kernels). Each kernel's constants, grid and bindings live in `ops/`.
+//! dispatches per layer, 4 where the FFN is small enough to split) and batched prefill
+//! (`prefill_layer`: tiled matmuls, separate norm/rope/activation kernels). Each kernel's
+//! constants, grid and bindings live in `ops/`.
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -186,7 +187,8 @@ impl Buffers {
         };
         let b = Buffers {
             ids: buf("ids", t.max(4) * 4)?,
-            x: buf("x", t * h * f)?,
+            // Past the hidden state of a decode step: a split FFN's partials (matvec::ffn_split).
+            x: buf("x", (t * h).max(h + matvec::FFN_SPLIT_MAX_VALUES as u64) * f)?,
             xn: buf("xn", t * h * f)?,
             qkv: buf("qkv", t * cfg.proj_rows() as u64 * f)?,
             attn: buf("attn", t * cfg.mix_width() as u64 * f)?,
@@ -420,6 +422,16 @@ impl<'a> Model<'a> {
         DeltaNet { proj, stride, vecs, at, lin, gates, conv_state, delta_state, out, eps: self.cfg.rms_eps }
     }
 
+    /// Units a workgroup of layer `i`'s FFN split in one dispatch (matvec::ffn_split), or None:
+    /// not the last layer's (whose output the LM head reads whole), and only plain FFNs whose
+    /// output is added to x as it is.
+    fn ffn_split(&self, r: &Recorder, i: usize) -> Option<usize> {
+        let (cfg, off, lw) = (self.cfg, self.w.offsets, &self.w.layers[i]);
+        let plain =
+            !cfg.post_norms && off.ffn_sub_norm.is_none() && off.gate_up_bias.is_none() && off.down_bias.is_none();
+        (plain && i + 1 < cfg.n_layers).then(|| matvec::ffn_split_units(r, &lw.w_gate_up, &lw.w_down)).flatten()
+    }
+
     /// One token through layer `i`: each projection a matvec with its norm fused in front and
     /// its residual add behind; attention split over the cache, merged by itself (`fused`),
     /// inside the output projection (caches of up to `short_max` positions) or on its own.
@@ -427,11 +439,18 @@ impl<'a> Model<'a> {
         let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
         let (out, epilogue) = self.residual();
         let h = self.heads(i);
+        // The previous layer's split FFN left its output as partials after x: this layer's
+        // first projection adds them to x as it reads it, the output projection to the residual.
+        let parts = match i.checked_sub(1).and_then(|p| self.ffn_split(r, p)) {
+            Some(units) => cfg.ffn / units,
+            None => 0,
+        };
+        let (x_parts, y_parts) = (parts, parts);
         if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
             let norm = Some(self.norm(off.attn_norm));
-            matvec::matvec(r, MatVec { norm, ..self.mv("in proj", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
+            matvec::matvec(r, MatVec { norm, x_parts, ..self.mv("in proj", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
             deltanet::mix(r, l, self.deltanet(i, lw), false);
-            matvec::matvec(r, MatVec { epilogue, ..self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs) });
+            matvec::matvec(r, MatVec { epilogue, y_parts, ..self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs) });
         } else {
             // The fused q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
             // needs the whole head first, so those models take the matvec + rope_kv route.
@@ -457,12 +476,13 @@ impl<'a> Model<'a> {
                         head_dim,
                         rot,
                         cap,
+                        x_parts,
                         x_tile,
                     },
                 );
             } else {
                 let (norm, bias) = (Some(self.norm(off.attn_norm)), off.qkv_bias);
-                matvec::matvec(r, MatVec { norm, bias, ..self.mv("qkv", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
+                matvec::matvec(r, MatVec { norm, bias, x_parts, ..self.mv("qkv", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
                 self.rope_kv(r, i, h);
             }
             let (qkv, kv, part, done) = (&bf.qkv, &bf.kv[i], &bf.part, &bf.done);
@@ -475,15 +495,25 @@ impl<'a> Model<'a> {
             }
             self.attn_gate(r);
             let (norm, bias) = (off.attn_sub_norm.map(|a| self.norm(a)), off.o_bias);
-            matvec::matvec(r, MatVec { norm, bias, epilogue, ..self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs) });
+            let o = self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs);
+            matvec::matvec(r, MatVec { norm, bias, epilogue, y_parts, ..o });
             if !fused && short_max > 0 {
                 r.filter.when = When::Short;
                 let merge = Some(Merge { context: self.context, head_dim: cfg.head_dim, heads: cfg.n_heads });
-                matvec::matvec(r, MatVec { merge, bias, epilogue, ..self.mv("o", &lw.wo, &bf.part, out, &lw.vecs) });
+                matvec::matvec(
+                    r,
+                    MatVec { merge, bias, epilogue, y_parts, ..self.mv("o", &lw.wo, &bf.part, out, &lw.vecs) },
+                );
             }
             r.filter.when = When::Always;
         }
         self.post_norm(r, lw, off.post_attn_norm);
+        if let Some(units) = self.ffn_split(r, i) {
+            let (gate_up, down, x, vecs, norm, act) =
+                (&lw.w_gate_up, &lw.w_down, &bf.x, &lw.vecs, self.norm(off.ffn_norm), self.act());
+            matvec::ffn_split(r, matvec::FfnSplit { gate_up, down, x, vecs, norm, act, units });
+            return;
+        }
         let (norm, bias) = (Some(self.norm(off.ffn_norm)), off.gate_up_bias);
         let glu = Epilogue::Glu;
         matvec::matvec(

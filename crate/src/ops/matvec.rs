@@ -80,6 +80,10 @@ pub struct MatVec<'a> {
     pub argmax: bool,
     pub merge: Option<Merge>,
     pub rows: Option<RowRange>,
+    /// Partials of the previous layer's split FFN (`ffn_split`) stored after x (`x_parts`) or
+    /// after y's rows (`y_parts`, with the residual add), added to them.
+    pub x_parts: usize,
+    pub y_parts: usize,
     pub shape: Option<(usize, usize)>,
     pub x_tile: Option<usize>,
 }
@@ -106,6 +110,8 @@ impl<'a> MatVec<'a> {
             argmax: false,
             merge: None,
             rows: None,
+            x_parts: 0,
+            y_parts: 0,
             shape: None,
             x_tile: None,
         }
@@ -117,7 +123,8 @@ pub fn matvec(r: &mut Recorder, m: MatVec) -> u32 {
     let glu = m.epilogue == Epilogue::Glu;
     let outputs = if glu { m.w.rows / 2 } else { m.w.rows };
     let per_block = if glu { 2 } else { 4 };
-    let rd = RowDot { w: m.w, norm: m.norm, bias: m.bias, merge: m.merge, shape: m.shape, x_tile: m.x_tile };
+    let (w, norm, bias, merge, x_parts, shape, x_tile) = (m.w, m.norm, m.bias, m.merge, m.x_parts, m.shape, m.x_tile);
+    let rd = RowDot { w, norm, bias, merge, x_parts, shape, x_tile };
     let (mut consts, wg, slices) = rd.consts(r, outputs.div_ceil(per_block));
     consts.extend([
         ("N", m.w.rows as f64),
@@ -125,6 +132,7 @@ pub fn matvec(r: &mut Recorder, m: MatVec) -> u32 {
         ("NORM", flag(m.norm.is_some())),
         ("SOFTCAP", m.softcap as f64),
         ("ARGMAX", flag(m.argmax)),
+        ("YP", m.y_parts as f64),
     ]);
     consts.extend(m.act.consts());
     if let Some(rr) = m.rows {
@@ -156,12 +164,15 @@ pub struct QkvRope<'a> {
     pub rot: usize,
     /// Cache slots.
     pub cap: usize,
+    /// Partials of the previous layer's split FFN after x (`ffn_split`).
+    pub x_parts: usize,
     pub x_tile: Option<usize>,
 }
 
 pub fn qkv_rope(r: &mut Recorder, q: QkvRope) {
     let rows = q.q_dim + 2 * q.kv_dim;
-    let rd = RowDot { w: q.w, norm: Some(q.norm), bias: q.bias, merge: None, shape: None, x_tile: q.x_tile };
+    let (w, norm, bias, x_parts, x_tile) = (q.w, Some(q.norm), q.bias, q.x_parts, q.x_tile);
+    let rd = RowDot { w, norm, bias, merge: None, x_parts, shape: None, x_tile };
     let (mut consts, wg, slices) = rd.consts(r, rows.div_ceil(4));
     consts.extend([
         ("QD", q.q_dim as f64),
@@ -181,6 +192,7 @@ struct RowDot<'a> {
     norm: Option<Norm>,
     bias: Option<usize>,
     merge: Option<Merge>,
+    x_parts: usize,
     shape: Option<(usize, usize)>,
     x_tile: Option<usize>,
 }
@@ -205,6 +217,7 @@ impl RowDot<'_> {
             ("WG", wg as f64),
             ("S", slices as f64),
             ("MERGE", flag(self.merge.is_some())),
+            ("XP", self.x_parts as f64),
         ]);
         // Without a merge the shader's defaults size its unused arrays.
         if let Some(m) = self.merge {
@@ -221,20 +234,35 @@ impl RowDot<'_> {
     /// How the activation vector is staged in workgroup memory (rowdot.wgsl): as 8-bit blocks
     /// where the adapter has integer dot products and the weights are quantized (2.5 bytes an
     /// element), else as padded f32 (4.5 bytes an element). All of x when it fits beside the
-    /// kernel's other workgroup arrays, else tiles of a multiple of 256. KT, XS_LEN, XB_LEN, IDOT.
-    fn x_stage(&self, r: &mut Recorder) -> [(&'static str, f64); 4] {
+    /// kernel's other workgroup arrays, else tiles of a multiple of 256. KT, XS_LEN, XB_LEN, IDOT,
+    /// XP_LEN.
+    fn x_stage(&self, r: &mut Recorder) -> [(&'static str, f64); 5] {
         let (k, layout) = (self.w.cols, self.w.layout);
         let idot = r.caps.idot && layout.block() > 1;
         let mw = merge_weights(self.merge);
-        let reserve = workgroup_bytes(r, 1, 5, mw);
-        let avail = r.caps.workgroup_storage.saturating_sub(reserve);
-        let max = if idot { avail * 2 / 5 } else { avail * 2 / 9 } / 256 * 256;
-        let kt = self.x_tile.unwrap_or(if k <= max { k } else { max.max(256) });
+        let max = tile_max(r, idot, mw);
+        // A split FFN's partials are summed into workgroup memory (`xps`) before x is staged
+        // whole; the forward pass splits only FFNs whose x fits (`ffn_split_fits`).
+        let xp_len = if self.x_parts > 0 { k / 4 } else { 1 };
+        let whole = self.x_parts > 0 || k <= max;
+        let kt = self.x_tile.unwrap_or(if whole { k } else { max.max(256) });
         let (xs, xb) = if idot { (1, 5 * kt / 32) } else { (kt / 4 + kt / 32 + 1, 5) };
-        let bytes = workgroup_bytes(r, xs, xb, mw);
+        let bytes = workgroup_bytes(r, xs, xb, mw) + 16 * xp_len;
         r.workgroup_bytes(bytes);
-        [("KT", kt as f64), ("XS_LEN", xs as f64), ("XB_LEN", xb as f64), ("IDOT", flag(idot))]
+        [
+            ("KT", kt as f64),
+            ("XS_LEN", xs as f64),
+            ("XB_LEN", xb as f64),
+            ("IDOT", flag(idot)),
+            ("XP_LEN", xp_len as f64),
+        ]
     }
+}
+
+/// The longest x a rowdot.wgsl kernel stages whole beside its other workgroup arrays.
+fn tile_max(r: &Recorder, idot: bool, mw: usize) -> usize {
+    let avail = r.caps.workgroup_storage.saturating_sub(workgroup_bytes(r, 1, 5, mw));
+    (if idot { avail * 2 / 5 } else { avail * 2 / 9 }) / 256 * 256
 }
 
 /// MW_LEN: room for the split weights of a merge (16 a head), else one placeholder.
@@ -274,4 +302,94 @@ fn mv_shape(r: &Recorder, blocks: usize, k: usize, block: usize) -> (usize, usiz
         return (512, 2 * slices);
     }
     (wg, slices)
+}
+
+/// Decode's whole FFN in one dispatch (ffn_split.wgsl): the norm, gate+up, the GLU and down,
+/// `units` FFN units a workgroup. Workgroup j's partial of the output goes to x after its first
+/// `down.rows` values, the j-th of `ffn_parts` for the next layer to add (`x_parts`, `y_parts`).
+pub struct FfnSplit<'a> {
+    pub gate_up: &'a GpuMatrix,
+    pub down: &'a GpuMatrix,
+    pub x: &'a wgpu::Buffer,
+    pub vecs: &'a wgpu::Buffer,
+    pub norm: Norm,
+    pub act: Act,
+    pub units: usize,
+}
+
+/// What an invocation of a split FFN holds in registers (ffn_split.wgsl PMAX, DMAX): gate/up
+/// chunks, down chunks.
+const FFN_SPLIT_PMAX: usize = 12;
+const FFN_SPLIT_DMAX: usize = 8;
+
+/// A split FFN's invocations. 1024 (fewer chunks each) measured slower natively on the H200
+/// (SmolLM2 decode 1,275 -> 1,238 tok/s against 1,296 at 256) and no faster in Chromium.
+const FFN_SPLIT_WG: usize = 256;
+
+/// The split FFN's units a workgroup for these matrices, or None where it does not pay or the
+/// kernel cannot take them. A split FFN saves a dispatch a layer (the GPU's ~5 us launch, and
+/// a browser's ~8 us to record it, BENCHMARKS.md session 13) and costs every reader of x the
+/// partials' reads, so it pays only for small FFNs: at most `FFN_SPLIT_MAX_VALUES` partial
+/// values (hidden x parts), and few enough weights a workgroup for each invocation to hold its
+/// share in registers. FERROLM_FFN_SPLIT=C natively forces C units (0: off), for measuring.
+pub fn ffn_split_units(r: &Recorder, gate_up: &GpuMatrix, down: &GpuMatrix) -> Option<usize> {
+    let forced = std::env::var("FERROLM_FFN_SPLIT").ok().and_then(|v| v.parse::<usize>().ok());
+    if let Some(c) = forced {
+        return Some(c).filter(|&c| ffn_split_fits(r, gate_up, down, c));
+    }
+    FFN_SPLIT_UNITS
+        .into_iter()
+        .find(|&c| ffn_split_fits(r, gate_up, down, c) && down.cols / c * down.rows <= FFN_SPLIT_MAX_VALUES)
+}
+
+/// Whether ffn_split.wgsl takes these matrices at `units` units a workgroup.
+pub fn ffn_split_fits(r: &Recorder, gate_up: &GpuMatrix, down: &GpuMatrix, units: usize) -> bool {
+    let (hidden, ffn, wg) = (down.rows, down.cols, FFN_SPLIT_WG);
+    let lanes = wg / (2 * units).max(1);
+    units > 0
+        && gate_up.layout.block() > 1
+        && gate_up.layout_constants() == down.layout_constants()
+        && gate_up.rows == 2 * ffn
+        && gate_up.cols == hidden
+        && hidden % 32 == 0
+        && hidden <= tile_max(r, r.caps.idot, 1)
+        && units % 32 == 0
+        && ffn % units == 0
+        && lanes >= 1
+        && wg % (2 * units) == 0
+        && (hidden / 32).div_ceil(lanes) <= FFN_SPLIT_PMAX
+        && hidden.div_ceil(wg) * units / 32 <= FFN_SPLIT_DMAX
+}
+
+/// See `ffn_split_units`; x's buffer holds this many values past the hidden state.
+pub const FFN_SPLIT_MAX_VALUES: usize = 32768;
+
+/// Units a workgroup the split FFN takes by default: more hold more weights in each
+/// invocation's registers and spill (SmolLM2 on the H200, kernel time a layer: 32 units 12.1 us,
+/// 64 15.5; at 1024 invocations 128 took 17.9, 256 34).
+const FFN_SPLIT_UNITS: [usize; 2] = [32, 64];
+
+pub fn ffn_split(r: &mut Recorder, f: FfnSplit) {
+    let wg = FFN_SPLIT_WG;
+    let shape = Some((wg, 1));
+    let rd = RowDot { w: f.gate_up, norm: Some(f.norm), bias: None, merge: None, x_parts: 0, shape, x_tile: None };
+    let (mut consts, _, _) = rd.consts(r, 1);
+    // No biases (forward.rs splits only FFNs without them); a pipeline refuses unknown names.
+    consts.retain(|&(name, _)| !matches!(name, "HAS_BIAS" | "BIAS_OFF"));
+    // Beside rowdot.wgsl's arrays, `pd` and `act`: 4 bytes an invocation and a unit.
+    let len = |name: &str| consts.iter().find(|c| c.0 == name).map_or(0, |c| c.1 as usize);
+    let bytes = workgroup_bytes(r, len("XS_LEN"), len("XB_LEN"), 1) + 4 * (wg + f.units);
+    r.workgroup_bytes(bytes);
+    let (hidden, lanes) = (f.down.rows, wg / (2 * f.units));
+    consts.extend([
+        ("FF", f.down.cols as f64),
+        ("C", f.units as f64),
+        ("LP", lanes as f64),
+        ("CPL", (hidden / 32).div_ceil(lanes) as f64),
+        ("RPL", hidden.div_ceil(wg) as f64),
+    ]);
+    consts.extend(f.act.consts());
+    let bufs =
+        [(0, &f.gate_up.words), (1, &f.gate_up.meta), (2, f.x), (4, f.vecs), (6, &f.down.words), (7, &f.down.meta)];
+    r.push("ffn", Kernel::FfnSplit, &consts, &bufs, Grid::Fixed((f.down.cols / f.units) as u32));
 }
