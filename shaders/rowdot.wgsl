@@ -403,11 +403,13 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
     var out: Dots;
     var ss = 0.0;
     let t = slice * 32u + lid % 32u;
+    let ch = chunk_len();
+    let last = K / ch - 1u;
     for (var k0 = 0u; k0 < K; k0 += KT) {
         let len = min(KT, K - k0);
         // This invocation's first chunk of the tile is requested before x is staged, so the two
-        // memory round trips overlap.
-        let w = wload4(r, first_chunk(k0, t));
+        // memory round trips overlap; each later chunk is requested one step ahead.
+        var w = wload4(r, min(k0 / ch + t, last));
         if (MERGE && k0 == 0u) {
             merge_weights(lid);
         }
@@ -415,9 +417,24 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
             sum_parts(lid);
         }
         workgroupBarrier();
-        ss += stage_tile(k0, len, lid, norm);
+        if (IDOT) {
+            ss += stage_q(k0, len, lid, norm);
+            workgroupBarrier();
+            for (var c = t; c < len / 32u; c += 32u * S) {
+                let next = wload4(r, min(k0 / 32u + c + 32u * S, last));
+                let xq = xq_get(c);
+                out.v += vec4<f32>(idot(w.r0, xq), idot(w.r1, xq), idot(w.r2, xq), idot(w.r3, xq));
+                w = next;
+            }
+            continue;
+        }
+        ss += stage(k0, len, lid, norm);
         workgroupBarrier();
-        out.v += tile_dots(r, k0, len, t, w);
+        for (var c = t; c < len / ch; c += 32u * S) {
+            let next = wload4(r, min(k0 / ch + c + 32u * S, last));
+            out.v += wdot4(w, x_chunk(c * ch));
+            w = next;
+        }
     }
     if (norm) {
         out.ss = wg_sum(ss, lid);
@@ -446,35 +463,6 @@ fn stage_tile(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
         return stage_q(k0, len, lid, norm);
     }
     return stage(k0, len, lid, norm);
-}
-
-// Invocation t's first chunk of the tile at k0 (clamped to the row).
-fn first_chunk(k0: u32, t: u32) -> u32 {
-    return min(k0 / chunk_len() + t, K / chunk_len() - 1u);
-}
-
-// Rows r against the staged tile x[k0 .. k0 + len): invocation t's chunks t, t + 32 S, ..,
-// the first (`w`, from `first_chunk`) loaded by the caller, each later one a step ahead.
-fn tile_dots(r: vec4<u32>, k0: u32, len: u32, t: u32, first: W4) -> vec4<f32> {
-    var v = vec4<f32>(0.0);
-    var w = first;
-    let ch = chunk_len();
-    let last = K / ch - 1u;
-    if (IDOT) {
-        for (var c = t; c < len / 32u; c += 32u * S) {
-            let next = wload4(r, min(k0 / 32u + c + 32u * S, last));
-            let xq = xq_get(c);
-            v += vec4<f32>(idot(w.r0, xq), idot(w.r1, xq), idot(w.r2, xq), idot(w.r3, xq));
-            w = next;
-        }
-        return v;
-    }
-    for (var c = t; c < len / ch; c += 32u * S) {
-        let next = wload4(r, min(k0 / ch + c + 32u * S, last));
-        v += wdot4(w, x_chunk(c * ch));
-        w = next;
-    }
-    return v;
 }
 
 // The staged chunk at tile element k (the f32 staging).
