@@ -333,13 +333,13 @@ const FFN_SPLIT_WG: usize = 256;
 /// values (hidden x parts), and few enough weights a workgroup for each invocation to hold its
 /// share in registers. FERROLM_FFN_SPLIT=C natively forces C units (0: off), for measuring.
 pub fn ffn_split_units(r: &Recorder, gate_up: &GpuMatrix, down: &GpuMatrix) -> Option<usize> {
+    // The partials must fit in x's buffer (`FFN_SPLIT_MAX_VALUES`), forced or not.
+    let room = |c: usize| ffn_split_fits(r, gate_up, down, c) && down.cols / c * down.rows <= FFN_SPLIT_MAX_VALUES;
     let forced = std::env::var("FERROLM_FFN_SPLIT").ok().and_then(|v| v.parse::<usize>().ok());
     if let Some(c) = forced {
-        return Some(c).filter(|&c| ffn_split_fits(r, gate_up, down, c));
+        return Some(c).filter(|&c| room(c));
     }
-    FFN_SPLIT_UNITS
-        .into_iter()
-        .find(|&c| ffn_split_fits(r, gate_up, down, c) && down.cols / c * down.rows <= FFN_SPLIT_MAX_VALUES)
+    FFN_SPLIT_UNITS.into_iter().find(|&c| room(c))
 }
 
 /// Whether ffn_split.wgsl takes these matrices at `units` units a workgroup.
