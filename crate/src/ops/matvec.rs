@@ -124,7 +124,7 @@ pub fn matvec(r: &mut Recorder, m: MatVec) -> u32 {
     let outputs = if glu { m.w.rows / 2 } else { m.w.rows };
     let per_block = if glu { 2 } else { 4 };
     let (w, norm, bias, merge, x_parts, shape, x_tile) = (m.w, m.norm, m.bias, m.merge, m.x_parts, m.shape, m.x_tile);
-    let rd = RowDot { w, norm, bias, merge, x_parts, shape, x_tile };
+    let rd = RowDot { w, norm, bias, merge, x_parts, shape, x_tile, own_bytes: 0 };
     let (mut consts, wg, slices) = rd.consts(r, outputs.div_ceil(per_block));
     consts.extend([
         ("N", m.w.rows as f64),
@@ -172,7 +172,7 @@ pub struct QkvRope<'a> {
 pub fn qkv_rope(r: &mut Recorder, q: QkvRope) {
     let rows = q.q_dim + 2 * q.kv_dim;
     let (w, norm, bias, x_parts, x_tile) = (q.w, Some(q.norm), q.bias, q.x_parts, q.x_tile);
-    let rd = RowDot { w, norm, bias, merge: None, x_parts, shape: None, x_tile };
+    let rd = RowDot { w, norm, bias, merge: None, x_parts, shape: None, x_tile, own_bytes: 0 };
     let (mut consts, wg, slices) = rd.consts(r, rows.div_ceil(4));
     consts.extend([
         ("QD", q.q_dim as f64),
@@ -195,6 +195,8 @@ struct RowDot<'a> {
     x_parts: usize,
     shape: Option<(usize, usize)>,
     x_tile: Option<usize>,
+    /// Workgroup memory of the kernel's own arrays beyond what `workgroup_bytes` counts.
+    own_bytes: usize,
 }
 
 impl RowDot<'_> {
@@ -212,14 +214,15 @@ impl RowDot<'_> {
             ("NW_OFF", norm.at as f64),
             ("EPS", norm.eps as f64),
             ("NW_OFFSET", norm.offset as f64),
-            ("HAS_BIAS", flag(self.bias.is_some())),
-            ("BIAS_OFF", self.bias.unwrap_or(0) as f64),
             ("WG", wg as f64),
             ("S", slices as f64),
             ("MERGE", flag(self.merge.is_some())),
             ("XP", self.x_parts as f64),
         ]);
-        // Without a merge the shader's defaults size its unused arrays.
+        // Without a bias or a merge the shader's defaults hold (the split FFN declares neither).
+        if let Some(b) = self.bias {
+            c.extend([("HAS_BIAS", 1.0), ("BIAS_OFF", b as f64)]);
+        }
         if let Some(m) = self.merge {
             c.extend([
                 ("MHD", m.head_dim as f64),
@@ -247,7 +250,7 @@ impl RowDot<'_> {
         let whole = self.x_parts > 0 || k <= max;
         let kt = self.x_tile.unwrap_or(if whole { k } else { max.max(256) });
         let (xs, xb) = if idot { (1, 5 * kt / 32) } else { (kt / 4 + kt / 32 + 1, 5) };
-        let bytes = workgroup_bytes(r, xs, xb, mw) + 16 * xp_len;
+        let bytes = workgroup_bytes(r, xs, xb, mw) + 16 * xp_len + self.own_bytes;
         r.workgroup_bytes(bytes);
         [
             ("KT", kt as f64),
@@ -355,7 +358,6 @@ pub fn ffn_split_fits(r: &Recorder, gate_up: &GpuMatrix, down: &GpuMatrix, units
         && hidden <= tile_max(r, r.caps.idot, 1)
         && units % 32 == 0
         && ffn % units == 0
-        && lanes >= 1
         && wg % (2 * units) == 0
         && (hidden / 32).div_ceil(lanes) <= FFN_SPLIT_PMAX
         && hidden.div_ceil(wg) * units / 32 <= FFN_SPLIT_DMAX
@@ -371,15 +373,12 @@ const FFN_SPLIT_UNITS: [usize; 2] = [32, 64];
 
 pub fn ffn_split(r: &mut Recorder, f: FfnSplit) {
     let wg = FFN_SPLIT_WG;
-    let shape = Some((wg, 1));
-    let rd = RowDot { w: f.gate_up, norm: Some(f.norm), bias: None, merge: None, x_parts: 0, shape, x_tile: None };
+    let (w, norm, shape) = (f.gate_up, Some(f.norm), Some((wg, 1)));
+    // Its own arrays `pd` and `act`: 4 bytes an invocation and a unit. No biases (forward.rs
+    // splits only FFNs without them).
+    let own_bytes = 4 * (wg + f.units);
+    let rd = RowDot { w, norm, bias: None, merge: None, x_parts: 0, shape, x_tile: None, own_bytes };
     let (mut consts, _, _) = rd.consts(r, 1);
-    // No biases (forward.rs splits only FFNs without them); a pipeline refuses unknown names.
-    consts.retain(|&(name, _)| !matches!(name, "HAS_BIAS" | "BIAS_OFF"));
-    // Beside rowdot.wgsl's arrays, `pd` and `act`: 4 bytes an invocation and a unit.
-    let len = |name: &str| consts.iter().find(|c| c.0 == name).map_or(0, |c| c.1 as usize);
-    let bytes = workgroup_bytes(r, len("XS_LEN"), len("XB_LEN"), 1) + 4 * (wg + f.units);
-    r.workgroup_bytes(bytes);
     let (hidden, lanes) = (f.down.rows, wg / (2 * f.units));
     consts.extend([
         ("FF", f.down.cols as f64),
