@@ -3,8 +3,11 @@
 // next step's embedding, out[slot] for the CPU), so a sampled decode pipelines like greedy and
 // reads back one id a step.
 //
-// Scores are the logits after the penalty (tokens in the context, a bitmask in `state`:
-// positive / r, negative * r). With m the largest score and T the temperature, a token's
+// Scores are the logits after OpenAI's adjustments and the repetition penalty, in the CPU
+// sampler's order (sampler.rs `adjust`, then `sample`): the logit bias (a dense array in
+// `state`), the frequency and presence penalties of the tokens generated so far (a count per
+// token in `state`, c > 0: - c * frequency - presence), then the repetition penalty of the tokens
+// in the context (a bitmask in `state`: positive / r, negative * r). With m the largest score and T the temperature, a token's
 // distance is d = (m - score) / T >= 0 and its weight exp(-d). The cuts keep the tokens of the
 // largest scores: top-k the K largest, top-p the fewest whose weight reaches p of the top-k
 // weight, min-p those with d <= -ln(min_p). Each cut is a score threshold; ties at a threshold
@@ -20,7 +23,7 @@
 //                two lists of up to CAP
 //  5 cut    (1)  each list sorted; the exact score of each cut (inside its bin)
 //  6 draw   (NW) per-chunk Gumbel-max over the kept tokens
-//  7 pick   (1)  the winner to ids[0] and out[slot], and into the penalty set
+//  7 pick   (1)  the winner to ids[0] and out[slot], into the penalty set and its count
 // Phases a generation's options do not need return at once. Greedy with a penalty runs 1, 6
 // and 7 without noise. A list that overflows CAP keeps its whole bin(s) (a cut within 1/8 nat
 // of the exact one).
@@ -37,7 +40,9 @@ struct Params {
     top_k: u32,         // 0: no top-k
     seed_lo: u32,
     seed_hi: u32,
-    flags: u32,         // 1 penalty, 2 top-k, 4 top-p, 8 greedy
+    flags: u32,         // 1 penalty, 2 top-k, 4 top-p, 8 greedy, 16 logit bias, 32 frequency/presence
+    frequency: f32,
+    presence: f32,
 }
 
 override PHASE: u32;
@@ -45,6 +50,8 @@ override V: u32;
 override NW: u32;
 override CAP: u32 = 512u;
 override OFF_PEN: u32;     // ceil(V / 32) words: the penalty set
+override OFF_CNT: u32;     // V: times each token was generated (frequency / presence penalties)
+override OFF_BIAS: u32;    // V: f32 logit bias of each token
 override OFF_WMAX: u32;    // NW: largest score per chunk
 override OFF_HIST: u32;    // NW * BINS * 2: (count, weight) per chunk and bin
 override OFF_CUM: u32;     // BINS: cumulative weight to each bin's end (phase 3)
@@ -90,6 +97,15 @@ fn has(f: u32) -> bool {
 
 fn score(i: u32) -> f32 {
     var s = logits[i];
+    if (has(16u)) {
+        s += bitcast<f32>(state[OFF_BIAS + i]);
+    }
+    if (has(32u)) {
+        let c = state[OFF_CNT + i];
+        if (c > 0u) {
+            s -= sp.frequency * f32(c) + sp.presence;
+        }
+    }
     if (has(1u) && ((state[OFF_PEN + i / 32u] >> (i % 32u)) & 1u) != 0u) {
         s = select(s * sp.penalty, s / sp.penalty, s > 0.0);
     }
@@ -502,6 +518,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 out[step.slot] = select(V, tok, tok < V);
                 if (has(1u) && tok < V) {
                     state[OFF_PEN + tok / 32u] |= 1u << (tok % 32u);
+                }
+                if (has(32u) && tok < V) {
+                    state[OFF_CNT + tok] += 1u;
                 }
             }
         }

@@ -25,10 +25,10 @@ pub struct BenchOptions {
 
 impl BenchOptions {
     /// Options as JavaScript passes them (`engine.benchmark({promptLen, gen, depth, reps, inflight,
-    /// temperature, topK, topP, minP, repetitionPenalty, seed})`): the sampling fields are
-    /// `SamplingParams`' own (seed 1 unless given, as `ferrolm bench`); any of them but the seed
-    /// makes the decode sampled. Unknown fields are refused, and so are OpenAI's penalties and
-    /// logit bias (the GPU sampler the benchmark measures does not apply them).
+    /// temperature, topK, topP, minP, repetitionPenalty, frequencyPenalty, presencePenalty,
+    /// logitBias, seed})`): the sampling fields are `SamplingParams`' own (seed 1 unless given,
+    /// as `ferrolm bench`); any of them but the seed makes the decode sampled (on the GPU, as a
+    /// generation samples). Unknown fields are refused.
     pub fn from_json(json: &str) -> Result<BenchOptions> {
         #[derive(serde::Deserialize, Default)]
         #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -44,12 +44,6 @@ impl BenchOptions {
         const WHAT: &str = "benchmark options";
         let j: Js = crate::generation::from_js(json, WHAT)?;
         let keys = crate::generation::js_keys(json);
-        let cpu_only = ["frequencyPenalty", "presencePenalty", "logitBias"];
-        if let Some(k) = keys.iter().find(|k| cpu_only.contains(&k.as_str())) {
-            return Err(Error::InvalidOption(format!(
-                "{WHAT}: unknown field `{k}` (the GPU sampler does not apply it)"
-            )));
-        }
         let own = ["promptLen", "gen", "depth", "reps", "inflight", "seed"];
         let any = keys.iter().any(|k| !own.contains(&k.as_str()));
         let mut sampling = j.sampling;
@@ -173,7 +167,7 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         let t0 = now_ms();
         let mut encode = 0.0;
         if let Some(p) = sampling {
-            rt.set_sampling(p, &[first])?;
+            rt.set_sampling(p, &[first], &[first])?;
         }
         let pick = Pick { sampled: sampling.is_some(), masked: false, hidden: false };
         let mut queue = crate::runtime::StepQueue::default();

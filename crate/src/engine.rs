@@ -22,10 +22,10 @@ pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
 
 /// Decode steps on the GPU when the oldest one's token is read back (greedy and GPU-sampled;
 /// constrained decoding keeps one). Natively two suffice (the CPU side of a step is short); in
-/// Chromium the token readback resolves late, and on the H100 (session 9, page API greedy tok/s)
-/// depths 2 / 3 / 4 gave SmolLM2 661 / 760 / 760 and Llama-3.2-1B 804 / 825 / 901, where the
-/// GPU's own time per step allows about 950. A generation that stops early has computed at
-/// most this many steps too many.
+/// Chromium the GPU process works through each step's ~100 dispatches at several µs each, and on
+/// the H100 (session 9, page API greedy tok/s, readbacks then requested only when needed)
+/// depths 2 / 3 / 4 gave SmolLM2 661 / 760 / 760 and Llama-3.2-1B 804 / 825 / 901. A generation
+/// that stops early has computed at most this many steps too many.
 pub const PIPELINE_DEPTH: usize = 4;
 
 /// How to load a model. The package's load options deserialize straight into it (camelCase,
@@ -347,10 +347,9 @@ impl Engine {
         };
         self.serial += 1;
         // The GPU picks every token after the first (which comes from the prompt's logits, read
-        // back anyway): by argmax, or sampled when there is anything to sample or penalize.
-        // A constraint's mask is applied by the sampler too (which then also does greedy).
-        let gpu_sampled =
-            !(opts.sampling.is_greedy() && opts.sampling.repetition_penalty == 1.0) || opts.constraint.is_some();
+        // back anyway): by argmax, or sampled when there is anything to sample, penalize or
+        // bias. A constraint's mask is applied by the sampler too (which then also does greedy).
+        let gpu_sampled = !opts.sampling.is_plain_greedy() || opts.constraint.is_some();
         // A default-sized context grows to hold a longer prompt and the tokens asked for (up to
         // 4096 more, rounded up to a power of two; the cached prefix is kept; the model's
         // training context is not a limit: transformers does not enforce it either). A prompt that fits keeps the context, and generation stops at its end.
@@ -471,7 +470,7 @@ impl Engine {
             // Keep a few steps queued on the GPU: each one's token feeds the next, and the CPU
             // reads the chosen ids back one step behind.
             if g.gpu_sampled && g.queue.submitted() == 0 {
-                self.rt.set_sampling(&g.sampler.params, &g.history)?;
+                self.rt.set_sampling(&g.sampler.params, &g.history, &g.tokens)?;
             }
             // A constraint's next mask depends on the token just chosen: no steps queued ahead.
             let depth = if g.constraint.is_some() { 1 } else { PIPELINE_DEPTH };
@@ -650,6 +649,7 @@ impl Generation {
                 stop_reason: self.stop_reason.unwrap_or(StopReason::Length),
                 seed: self.sampler.params.seed,
                 dispatches_per_token,
+                gpu_sampling: self.gpu,
             },
         }
     }

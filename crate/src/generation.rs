@@ -153,15 +153,10 @@ impl GenerateOptions {
     }
 
     /// Whether each token must be chosen on the CPU from read-back logits: what the GPU sampler
-    /// does not do (log-probabilities, OpenAI's penalties, logit bias). A constraint alone
-    /// stays on the GPU: its mask of allowed tokens goes up each step instead.
+    /// does not do (log-probabilities need every logit). A constraint stays on the GPU: its
+    /// mask of allowed tokens goes up each step instead.
     pub fn needs_cpu(&self) -> bool {
-        let s = &self.sampling;
-        self.cpu_sampling
-            || self.logprobs.is_some()
-            || s.frequency_penalty != 0.0
-            || s.presence_penalty != 0.0
-            || !s.logit_bias.is_empty()
+        self.cpu_sampling || self.logprobs.is_some()
     }
 }
 
@@ -215,6 +210,9 @@ pub struct GenStats {
     pub stop_reason: StopReason,
     pub seed: u64,
     pub dispatches_per_token: usize,
+    /// Tokens after the first were chosen on the GPU (one id read back a step, pipelined);
+    /// false when each came from read-back logits on the CPU (log-probabilities asked for).
+    pub gpu_sampling: bool,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

@@ -3,11 +3,12 @@
 
 use crate::engine::{LoadOptions, Progress};
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, PendingMap};
 use crate::model::forward::{self, Buffers, Pick, Program};
 use crate::model::weights::ModelWeights;
 use crate::model::ModelConfig;
 use crate::sampler::SamplingParams;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `count` timestamp queries written during a submission, resolved and read back after it.
 struct Timer {
@@ -54,7 +55,7 @@ impl Timer {
 /// and of the benchmark.
 #[derive(Default)]
 pub struct StepQueue {
-    inflight: std::collections::VecDeque<(usize, wgpu::SubmissionIndex)>,
+    inflight: std::collections::VecDeque<(usize, wgpu::SubmissionIndex, PendingMap)>,
     submitted: usize,
 }
 
@@ -73,11 +74,16 @@ impl StepQueue {
         self.submitted
     }
 
-    /// Queue one step (`Runtime::submit_token`) into the next readback slot.
+    /// Queue one step (`Runtime::submit_token`) into the next readback slot, and ask for that
+    /// slot's readback at once: in a browser the answer then comes while the GPU process still
+    /// works through the steps queued after it, instead of after them (the GPU process would
+    /// idle for the round trip to the page every token).
     pub fn push(&mut self, rt: &mut Runtime, feed: Option<u32>, pick: Pick) -> Result<()> {
         let slot = self.submitted % forward::TOKEN_SLOTS;
         let sub = rt.submit_token(feed, slot, pick)?;
-        self.inflight.push_back((slot, sub));
+        let map = rt.gpu.start_map(&rt.token_readback[slot], 4);
+        rt.token_requested[slot].store(true, Ordering::Relaxed);
+        self.inflight.push_back((slot, sub, map));
         self.submitted += 1;
         Ok(())
     }
@@ -85,7 +91,7 @@ impl StepQueue {
     /// The token of the oldest queued step; `None` when none is queued.
     pub async fn pop(&mut self, rt: &Runtime) -> Result<Option<u32>> {
         match self.inflight.pop_front() {
-            Some((slot, sub)) => rt.read_token(slot, sub).await.map(Some),
+            Some((slot, sub, map)) => rt.read_token(slot, sub, map).await.map(Some),
             None => Ok(None),
         }
     }
@@ -101,6 +107,8 @@ pub struct Runtime {
     prefill: Program,
     readback: wgpu::Buffer,
     token_readback: Vec<wgpu::Buffer>,
+    /// Slots of `token_readback` whose map `StepQueue::push` requested and nobody read back.
+    token_requested: Vec<AtomicBool>,
     pub context: usize,
     pub max_batch: usize,
     /// Tokens currently in the KV cache.
@@ -186,6 +194,7 @@ impl Runtime {
             prefill,
             readback,
             token_readback,
+            token_requested: (0..forward::TOKEN_SLOTS).map(|_| AtomicBool::new(false)).collect(),
             context,
             max_batch,
             pos: 0,
@@ -296,7 +305,13 @@ impl Runtime {
                 }
             }
         }
-        enc.copy_buffer_to_buffer(&self.bufs.tokens, slot as u64 * 4, &self.token_readback[slot], 0, 4);
+        // A generation that ended with steps in flight (a stop token, a cancel) leaves their
+        // readbacks requested: let go of the slot before it is written again.
+        let rb = &self.token_readback[slot];
+        if self.token_requested[slot].swap(false, Ordering::Relaxed) {
+            rb.unmap();
+        }
+        enc.copy_buffer_to_buffer(&self.bufs.tokens, slot as u64 * 4, rb, 0, 4);
         self.pos += n as usize;
         gpu.queue.submit([enc.finish()])
     }
@@ -408,24 +423,31 @@ impl Runtime {
         self.gpu.queue.write_buffer(&self.bufs.mask_bits, 0, bytemuck::cast_slice(&bits[..n]));
     }
 
-    /// The parameters of the GPU sampler for the next `submit_token(.., true)` steps, and the
-    /// context so far for its repetition penalty (the sampler adds each token it draws).
-    pub fn set_sampling(&mut self, p: &SamplingParams, history: &[u32]) -> Result<()> {
+    /// The parameters of the GPU sampler for the next `submit_token(.., true)` steps, the
+    /// context so far for its repetition penalty and the tokens generated so far for the
+    /// frequency and presence penalties (the sampler adds each token it draws to both).
+    pub fn set_sampling(&mut self, p: &SamplingParams, history: &[u32], generated: &[u32]) -> Result<()> {
         p.validate()?;
         let layout = crate::ops::sample::SampleLayout::new(self.cfg.vocab);
-        let q = &self.gpu.queue;
+        let (q, state) = (&self.gpu.queue, &self.bufs.sample_state);
         q.write_buffer(&self.bufs.sample_params, 0, &crate::ops::sample::params_bytes(p));
-        q.write_buffer(
-            &self.bufs.sample_state,
-            layout.pen_offset_bytes(),
-            bytemuck::cast_slice(&layout.pen_bits(history)),
-        );
+        q.write_buffer(state, layout.pen_offset_bytes(), bytemuck::cast_slice(&layout.pen_bits(history)));
+        // What the parameters leave off is never read: no upload for it.
+        if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+            q.write_buffer(state, layout.cnt_offset_bytes(), bytemuck::cast_slice(&layout.counts(generated)));
+        }
+        if !p.logit_bias.is_empty() {
+            q.write_buffer(state, layout.bias_offset_bytes(), bytemuck::cast_slice(&layout.bias(&p.logit_bias)));
+        }
         Ok(())
     }
 
-    /// The token a greedy step put in `slot`.
-    pub async fn read_token(&self, slot: usize, after: wgpu::SubmissionIndex) -> Result<u32> {
-        let bytes = self.gpu.read_mapped_after(&self.token_readback[slot], 4, Some(after)).await?;
+    /// The token a step put in `slot`, once `map` (`StepQueue::push`) is answered.
+    async fn read_token(&self, slot: usize, after: wgpu::SubmissionIndex, map: PendingMap) -> Result<u32> {
+        let read = self.gpu.finish_map(&self.token_readback[slot], 4, map, Some(after)).await;
+        // Unmapped again, or never mapped (the request failed).
+        self.token_requested[slot].store(false, Ordering::Relaxed);
+        let bytes = read?;
         Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
 

@@ -107,6 +107,15 @@ impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
     }
+
+    /// Greedy with nothing that changes the logits: the argmax of the raw logits.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.is_greedy()
+            && self.repetition_penalty == 1.0
+            && self.frequency_penalty == 0.0
+            && self.presence_penalty == 0.0
+            && self.logit_bias.is_empty()
+    }
 }
 
 /// A model's own sampling defaults (generation_config.json, or GGUF `general.sampling.*`), used by

@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use ferrolm::gpu::{Gpu, Kernel};
-use ferrolm::ops::sample::{params_bytes, SampleLayout, PHASES};
+use ferrolm::ops::sample::{params_bytes, SampleLayout, PARAMS_BYTES, PHASES};
 use ferrolm::sampler::SamplingParams;
 
 /// The GPU sampler's buffers for a vocabulary of `v` and `slots` draws a batch.
@@ -33,14 +33,19 @@ impl Rig {
             out: buf_u32(g, &vec![u32::MAX; slots]),
             state: buf_u32(g, &vec![0; sl.words]),
             counters: buf_u32(g, &[0; 4]),
-            params: g.uniform("params", 32),
+            params: g.uniform("params", PARAMS_BYTES as u64),
             slots,
         }
     }
 
-    fn set(&self, g: &Gpu, p: &SamplingParams, history: &[u32]) {
-        g.queue.write_buffer(&self.params, 0, &params_bytes(p));
-        g.queue.write_buffer(&self.state, self.sl.pen_offset_bytes(), bytemuck::cast_slice(&self.sl.pen_bits(history)));
+    /// `history` is the context (repetition penalty), `generated` its generated part
+    /// (frequency and presence penalties).
+    fn set(&self, g: &Gpu, p: &SamplingParams, history: &[u32], generated: &[u32]) {
+        let (q, sl) = (&g.queue, &self.sl);
+        q.write_buffer(&self.params, 0, &params_bytes(p));
+        q.write_buffer(&self.state, sl.pen_offset_bytes(), bytemuck::cast_slice(&sl.pen_bits(history)));
+        q.write_buffer(&self.state, sl.cnt_offset_bytes(), bytemuck::cast_slice(&sl.counts(generated)));
+        q.write_buffer(&self.state, sl.bias_offset_bytes(), bytemuck::cast_slice(&sl.bias(&p.logit_bias)));
     }
 
     /// `slots` draws at positions pos0.., each the seven phases in order, in one submit.
@@ -91,10 +96,12 @@ impl Rig {
     }
 }
 
-/// The CPU sampler's rules (sampler.rs), as the set of tokens it may draw and their
-/// probabilities.
-fn reference(logits: &[f32], history: &[u32], p: &SamplingParams) -> Vec<(u32, f64)> {
+/// The CPU sampler's rules (sampler.rs: OpenAI's adjustments over the `generated` tokens, then
+/// the repetition penalty over `history` and the cuts), as the set of tokens it may draw and
+/// their probabilities.
+fn reference(logits: &[f32], history: &[u32], generated: &[u32], p: &SamplingParams) -> Vec<(u32, f64)> {
     let mut l = logits.to_vec();
+    p.adjust(&mut l, generated);
     let mut seen = std::collections::HashSet::new();
     for &t in history {
         if p.repetition_penalty != 1.0 && seen.insert(t) {
@@ -168,20 +175,35 @@ fn draws_follow_the_cpu_rules() {
         let mut history: Vec<u32> = ferrolm::sampler::top_k(&l, 400).iter().map(|&(t, _)| t).collect();
         history.extend((0..30).map(|_| r.below(v as u32)));
         let rig = Rig::new(&g, &l, 256);
-        for p in cases() {
-            let want = reference(&l, &history, &p);
+        // OpenAI's adjustments: the presence penalty over generated tokens that hold the same
+        // top 400 (so the draws do not change it either), and a logit bias that bans the
+        // largest logit and lifts two others.
+        let top: Vec<u32> = ferrolm::sampler::top_k(&l, 60).iter().map(|&(t, _)| t).collect();
+        let generated = history[..400].to_vec();
+        let openai = |q: SamplingParams| SamplingParams {
+            presence_penalty: 0.7,
+            logit_bias: vec![(top[0], -100.0), (top[12], 1.5), (top[50], 4.0)],
+            ..q
+        };
+        // Only cases whose top-k keeps every draw inside those 400 (a draw from outside would
+        // change the presence penalty of the later draws of its batch).
+        let mut all = cases();
+        all.extend([3, 5].map(|i| openai(cases()[i].clone())));
+        for p in all {
+            let generated = if p.presence_penalty != 0.0 { &generated[..] } else { &[][..] };
+            let want = reference(&l, &history, generated, &p);
             let prob: std::collections::HashMap<u32, f64> = want.iter().cloned().collect();
             // The GPU sums the weights before the cut's bin in fixed point (2^-19 of the largest
             // weight a token): a cut within ~1e-4 of p may keep one token more or less. Draws must
             // come from the set a top-p 0.001 larger keeps.
             let loose = SamplingParams { top_p: (p.top_p + 1e-3).min(1.0), ..p.clone() };
             let allowed: std::collections::HashSet<u32> =
-                reference(&l, &history, &loose).iter().map(|&(t, _)| t).collect();
+                reference(&l, &history, generated, &loose).iter().map(|&(t, _)| t).collect();
             let mut counts: std::collections::HashMap<u32, usize> = Default::default();
             let n = 2048;
             for b in 0..n / rig.slots {
                 // The draws add to the penalty set; start each batch from the same context.
-                rig.set(&g, &p, &history);
+                rig.set(&g, &p, &history, generated);
                 for t in rig.draw(&g, (b * rig.slots) as u32) {
                     assert!(
                         allowed.contains(&t),
@@ -216,8 +238,9 @@ fn draws_follow_the_cpu_rules() {
     }
 }
 
-/// Cuts that keep only the largest score draw the argmax (after the penalty), whatever the seed;
-/// so does greedy decoding with a penalty. Each draw joins the penalty set.
+/// Cuts that keep only the largest score draw the argmax (after the penalties and bias),
+/// whatever the seed; so does greedy decoding with penalties or a bias. Each draw joins the
+/// penalty set and the generated tokens' counts, so the draws are replayed on the CPU.
 #[test]
 fn single_token_cuts_draw_the_argmax() {
     let g = gpu();
@@ -225,28 +248,37 @@ fn single_token_cuts_draw_the_argmax() {
     let v = 70000;
     let l = logits(&mut r, v);
     let history: Vec<u32> = (0..50).map(|_| r.below(v as u32)).collect();
+    let generated = history[40..].to_vec();
+    let top: Vec<u32> = ferrolm::sampler::top_k(&l, 8).iter().map(|&(t, _)| t).collect();
     let rig = Rig::new(&g, &l, 8);
     let base = SamplingParams { temperature: 1.3, seed: 5, ..Default::default() };
+    let greedy = SamplingParams { temperature: 0.0, ..base.clone() };
     for p in [
         SamplingParams { top_k: 1, ..base.clone() },
         SamplingParams { top_p: 1e-6, ..base.clone() },
         SamplingParams { min_p: 1.0, ..base.clone() },
-        SamplingParams { temperature: 0.0, repetition_penalty: 1.5, ..base.clone() },
+        SamplingParams { repetition_penalty: 1.5, ..greedy.clone() },
         SamplingParams { top_k: 1, repetition_penalty: 1.5, ..base.clone() },
+        // The largest logits are close: a frequency penalty of 0.4 a draw moves the argmax.
+        SamplingParams { frequency_penalty: 0.4, presence_penalty: 0.1, ..greedy.clone() },
+        SamplingParams { frequency_penalty: -0.3, repetition_penalty: 1.2, ..greedy.clone() },
+        SamplingParams { logit_bias: vec![(top[0], -100.0), (top[5], 0.5), (7, 30.0)], ..greedy.clone() },
+        SamplingParams { top_k: 1, logit_bias: vec![(top[3], 2.0)], frequency_penalty: 2.0, ..base.clone() },
     ] {
-        let want = reference(&l, &history, &p);
-        assert_eq!(want.len(), 1, "{p:?}");
-        rig.set(&g, &p, &history);
+        rig.set(&g, &p, &history, &generated);
         let got = rig.draw(&g, 100);
-        if p.repetition_penalty == 1.0 {
-            assert!(got.iter().all(|&t| t == want[0].0), "{p:?}: {got:?}, argmax {}", want[0].0);
-        } else {
-            // Draw i sees the draws before it penalized: replay that on the CPU.
-            let mut h = history.clone();
-            for &t in &got {
-                assert_eq!(t, reference(&l, &h, &p)[0].0, "{p:?}: {got:?}");
-                h.push(t);
-            }
+        // Draw i sees the draws before it penalized: replay that on the CPU.
+        let (mut h, mut gen) = (history.clone(), generated.clone());
+        for &t in &got {
+            let want = reference(&l, &h, &gen, &p);
+            assert_eq!(want.len(), 1, "{p:?}");
+            assert_eq!(t, want[0].0, "{p:?}: {got:?}");
+            h.push(t);
+            gen.push(t);
+        }
+        if p.frequency_penalty > 0.0 {
+            let distinct: std::collections::HashSet<u32> = got.iter().copied().collect();
+            assert!(distinct.len() > 1, "{p:?}: the penalty never moved the argmax: {got:?}");
         }
     }
 }
@@ -263,7 +295,9 @@ fn engine_sampling_on_the_gpu() {
     let prompt = e.prompt_ids("The history of the printing press begins").unwrap();
     let mut run = |sampling: SamplingParams, cpu_sampling: bool| {
         let opts = GenerateOptions { max_tokens: 12, sampling, cpu_sampling, ..Default::default() };
-        block_on(e.generate(&prompt, &opts, &mut |_, _| true)).unwrap().tokens
+        let r = block_on(e.generate(&prompt, &opts, &mut |_, _| true)).unwrap();
+        assert_eq!(r.stats.gpu_sampling, !cpu_sampling, "{opts:?}");
+        r.tokens
     };
     let p = SamplingParams { temperature: 0.9, top_p: 0.95, top_k: 50, seed: 3, ..Default::default() };
     let a = run(p.clone(), false);
@@ -272,4 +306,52 @@ fn engine_sampling_on_the_gpu() {
     assert!(other.iter().any(|t| *t != a), "four other seeds all gave {a:?}");
     let greedy_pen = SamplingParams { repetition_penalty: 1.4, ..Default::default() };
     assert_eq!(run(greedy_pen.clone(), false), run(greedy_pen, true), "GPU and CPU greedy with a penalty");
+    // OpenAI's penalties and logit bias on the GPU: greedy matches the CPU token for token, and
+    // they change the tokens (the bias bans the plain greedy run's second token).
+    let plain = run(SamplingParams::default(), false);
+    let openai = SamplingParams {
+        frequency_penalty: 1.5,
+        presence_penalty: 0.5,
+        logit_bias: vec![(plain[1], -100.0), (plain[4], 2.0)],
+        ..Default::default()
+    };
+    let gpu = run(openai.clone(), false);
+    assert_eq!(gpu, run(openai, true), "GPU and CPU greedy with OpenAI's penalties and a bias");
+    assert_ne!(gpu, plain, "the penalties and the bias changed nothing");
+    assert!(!gpu.contains(&plain[1]), "token {} is banned by its bias: {gpu:?}", plain[1]);
+}
+
+/// A generation that stops (a stop id) or is cancelled with decode steps still queued leaves
+/// their readbacks requested; the next generations must reuse those slots cleanly and give the
+/// same tokens as before.
+#[test]
+fn generations_after_a_stop_with_steps_in_flight() {
+    let Some(path) = model_path() else { return };
+    use ferrolm::engine::{Engine, GenerateOptions};
+    use ferrolm::gpu::block_on;
+    let src = ferrolm::weights::FileSource::open(path).unwrap();
+    let mut e = block_on(Engine::load(&src, &Default::default(), &mut |_, _, _| {})).unwrap();
+    let prompt = e.prompt_ids("Rivers carry water to the sea because").unwrap();
+    let opts = GenerateOptions { max_tokens: 16, stop_ids: Some(vec![]), prefix_cache: false, ..Default::default() };
+    let full = block_on(e.generate(&prompt, &opts, &mut |_, _| true)).unwrap().tokens;
+    assert_eq!(full.len(), 16);
+    for round in 0..3 {
+        // Stopped by the third token, with the steps after it queued.
+        let stop = GenerateOptions { stop_ids: Some(vec![full[2]]), ..opts.clone() };
+        let got = block_on(e.generate(&prompt, &stop, &mut |_, _| true)).unwrap().tokens;
+        assert_eq!(got, full[..got.len()], "round {round}: stopped generation");
+        assert!(got.len() <= 3, "round {round}: did not stop at {}: {got:?}", full[2]);
+        // Cancelled by the caller after two tokens.
+        let mut n = 0;
+        block_on(e.generate(&prompt, &opts, &mut |_, _| {
+            n += 1;
+            n < 2
+        }))
+        .unwrap();
+        let again = block_on(e.generate(&prompt, &opts, &mut |_, _| true)).unwrap().tokens;
+        assert_eq!(again, full, "round {round}: a full generation after the early ends");
+        let reused = GenerateOptions { prefix_cache: true, ..opts.clone() };
+        let again = block_on(e.generate(&prompt, &reused, &mut |_, _| true)).unwrap().tokens;
+        assert_eq!(again, full, "round {round}: the same with the prompt's cache reused");
+    }
 }

@@ -38,6 +38,12 @@ for l in open(sys.argv[1]):
     if "report" in j:
         r = j["report"]
         print(f"round {sys.argv[2]} {sys.argv[3]:28s} {j['model']:24s} {j['mode']:6s} pp {r['prefill_tok_s']:8.0f}  tg {r['decode_tok_s']:7.1f}  gpu ms/step {r.get('gpu_ms_per_step') or float('nan'):.3f}  dispatches {r['dispatches_per_token']}")
+    if "runs" in j and j["runs"] and "stats" in j["runs"][0]:
+        # The JavaScript API (greedy / sampled modes): medians after the first run.
+        runs = j["runs"][1:] or j["runs"]
+        med = lambda k: sorted(x["stats"][k] for x in runs)[len(runs) // 2]
+        tg = [round(x["stats"]["decode_tok_s"]) for x in runs]
+        print(f"round {sys.argv[2]} {sys.argv[3]:28s} {j['model']:24s} {j['mode']:6s} pp {med('prefill_tok_s'):8.0f}  tg {med('decode_tok_s'):7.1f}  (API, runs {tg})")
 PY
     i=$((i + 1))
   done

@@ -429,7 +429,7 @@ test('a real Q4_K_M mix (Q4_K, Q6_K, Q5_0 and Q8_0 fallbacks; a 160 MiB embeddin
   }
 });
 
-test('sampling runs on the GPU: the same seed gives the tokens of the native CLI; a repetition penalty matches too', async () => {
+test('sampling runs on the GPU: the same seed gives the tokens of the native CLI; repetition, frequency and presence penalties match too', async () => {
   // The native run takes the kernels the browser engine runs (integer activations only where it
   // has them, no subgroups, the split attention merged in its own dispatch), so both sample
   // from the same logits.
@@ -439,6 +439,7 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
   const opts = [
     { cli: ['--temperature', '0.8', '--top-p', '0.9', '--top-k', '50', '--seed', '5'], js: { temperature: 0.8, topP: 0.9, topK: 50, seed: 5 } },
     { cli: ['--repetition-penalty', '1.3'], js: { repetitionPenalty: 1.3 } },
+    { cli: ['--temperature', '0.9', '--frequency-penalty', '0.6', '--presence-penalty', '0.4', '--seed', '7'], js: { temperature: 0.9, frequencyPenalty: 0.6, presencePenalty: 0.4, seed: 7 } },
   ];
   const idot = await inPage(page, async () => window.workerEngine.info.adapter.integer_dot);
   assert.ok(idot.ok, idot.message);
@@ -453,7 +454,9 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
     for (const o of opts) {
       const t = [];
       // Past EOS too: for this prompt the first sampled token is EOS, and the GPU samples the rest.
-      for await (const c of window.workerEngine.generate({ tokens: ids }, { maxTokens: ntok, stopIds: [], ...o.js })) t.push(c.token);
+      const it = window.workerEngine.generate({ tokens: ids }, { maxTokens: ntok, stopIds: [], ...o.js });
+      for await (const c of it) t.push(c.token);
+      if (!(await it.result).stats.gpu_sampling) throw new Error(`${JSON.stringify(o.js)}: tokens were chosen on the CPU`);
       out.push(t);
     }
     return out;

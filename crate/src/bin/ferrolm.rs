@@ -200,10 +200,10 @@ struct SamplingArgs {
     min_p: Option<f32>,
     #[arg(long, alias = "repeat-penalty", allow_negative_numbers = true, value_parser = finite_f32)]
     repetition_penalty: Option<f32>,
-    /// OpenAI's frequency penalty (-2..2; tokens are then chosen on the CPU).
+    /// OpenAI's frequency penalty (-2..2) over the tokens generated so far.
     #[arg(long, allow_negative_numbers = true, value_parser = finite_f32)]
     frequency_penalty: Option<f32>,
-    /// OpenAI's presence penalty (-2..2; tokens are then chosen on the CPU).
+    /// OpenAI's presence penalty (-2..2) over the tokens generated so far.
     #[arg(long, allow_negative_numbers = true, value_parser = finite_f32)]
     presence_penalty: Option<f32>,
     /// Random seed (default: from the clock); the same seed gives the same output.

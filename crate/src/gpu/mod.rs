@@ -33,6 +33,9 @@ pub struct AdapterSummary {
     pub timestamps_in_passes: bool,
 }
 
+/// A map request from `Gpu::start_map`, answered by wgpu's callback.
+pub struct PendingMap(oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>);
+
 pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
@@ -361,8 +364,29 @@ impl Gpu {
         size: u64,
         after: Option<wgpu::SubmissionIndex>,
     ) -> Result<Vec<u8>> {
+        let map = self.start_map(buf, size);
+        self.finish_map(buf, size, map, after).await
+    }
+
+    /// Ask for `buf`'s first `size` bytes to be mapped once the work already submitted is done;
+    /// `finish_map` waits for it. Asking early matters in browsers: the request travels to the
+    /// GPU process behind the commands sent before it, and is answered only after they are
+    /// processed.
+    pub fn start_map(&self, buf: &wgpu::Buffer, size: u64) -> PendingMap {
         let (tx, rx) = oneshot::channel();
         buf.map_async(wgpu::MapMode::Read, ..size, move |r| tx.send(r));
+        PendingMap(rx)
+    }
+
+    /// Wait for a `start_map` of `buf` (natively only for submission `after`), copy the bytes
+    /// out and unmap it.
+    pub async fn finish_map(
+        &self,
+        buf: &wgpu::Buffer,
+        size: u64,
+        map: PendingMap,
+        after: Option<wgpu::SubmissionIndex>,
+    ) -> Result<Vec<u8>> {
         #[cfg(not(target_arch = "wasm32"))]
         if let Err(e) = self.device.poll(wgpu::PollType::Wait { submission_index: after, timeout: None }) {
             // A destroyed or lost device reports its loss in the next maintenance pass.
@@ -372,7 +396,7 @@ impl Gpu {
         }
         #[cfg(target_arch = "wasm32")]
         let _ = after;
-        let res = rx.await;
+        let res = map.0.await;
         self.check()?;
         match res {
             Some(Ok(())) => {}

@@ -224,7 +224,7 @@ impl Buffers {
             tokens: buf("tokens", TOKEN_SLOTS as u64 * 4)?,
             sample_state: buf("sample state", SampleLayout::new(cfg.vocab).words as u64 * 4)?,
             sample_counters: buf("sample counters", 16)?,
-            sample_params: gpu.uniform("sample params", 32),
+            sample_params: gpu.uniform("sample params", crate::ops::sample::PARAMS_BYTES as u64),
             mask_bits: buf("mask bits", cfg.vocab.div_ceil(32) as u64 * 4)?,
             rope: buf("rope", table.len() as u64 * 4)?,
             rope_local: local,

@@ -26,6 +26,8 @@ pub struct SampleLayout {
     /// Workgroups of the vocabulary-wide phases.
     pub nw: usize,
     pen: usize,
+    cnt: usize,
+    bias: usize,
     wmax: usize,
     hist: usize,
     cum: usize,
@@ -40,14 +42,16 @@ impl SampleLayout {
     pub fn new(vocab: usize) -> SampleLayout {
         let nw = vocab.div_ceil(CHUNK).max(1);
         let pen = 0;
-        let wmax = pen + vocab.div_ceil(32);
+        let cnt = pen + vocab.div_ceil(32);
+        let bias = cnt + vocab;
+        let wmax = bias + vocab;
         let hist = wmax + nw;
         let cum = hist + nw * BINS * 2;
         let hdr = cum + BINS;
         let list = hdr + HDR;
         let draw = list + 2 * CAP * 2;
         let words = draw + nw * 2;
-        SampleLayout { vocab, nw, pen, wmax, hist, cum, hdr, list, draw, words }
+        SampleLayout { vocab, nw, pen, cnt, bias, wmax, hist, cum, hdr, list, draw, words }
     }
 
     /// Override constants of phase `phase`.
@@ -58,6 +62,8 @@ impl SampleLayout {
             ("NW", self.nw as f64),
             ("CAP", CAP as f64),
             ("OFF_PEN", self.pen as f64),
+            ("OFF_CNT", self.cnt as f64),
+            ("OFF_BIAS", self.bias as f64),
             ("OFF_WMAX", self.wmax as f64),
             ("OFF_HIST", self.hist as f64),
             ("OFF_CUM", self.cum as f64),
@@ -80,10 +86,42 @@ impl SampleLayout {
         }
         bits
     }
+
+    /// Byte offset of the per-token counts (frequency and presence penalties).
+    pub fn cnt_offset_bytes(&self) -> u64 {
+        self.cnt as u64 * 4
+    }
+
+    /// Times each token was generated so far (`generated`): the counts' words.
+    pub fn counts(&self, generated: &[u32]) -> Vec<u32> {
+        let mut c = vec![0u32; self.vocab];
+        for &t in generated.iter().filter(|&&t| (t as usize) < self.vocab) {
+            c[t as usize] += 1;
+        }
+        c
+    }
+
+    /// Byte offset of the dense logit bias.
+    pub fn bias_offset_bytes(&self) -> u64 {
+        self.bias as u64 * 4
+    }
+
+    /// The logit bias of every token (0 where `bias` does not name it; a token named twice
+    /// gets the sum, as `SamplingParams::adjust` adds each pair).
+    pub fn bias(&self, bias: &[(u32, f32)]) -> Vec<f32> {
+        let mut b = vec![0f32; self.vocab];
+        for &(t, x) in bias.iter().filter(|(t, _)| (*t as usize) < self.vocab) {
+            b[t as usize] += x;
+        }
+        b
+    }
 }
 
-/// The phases' uniform parameters (sample.wgsl `Params`), 32 bytes.
-pub fn params_bytes(p: &SamplingParams) -> [u8; 32] {
+/// Bytes of the phases' uniform parameters (sample.wgsl `Params`, padded to 16).
+pub const PARAMS_BYTES: usize = 48;
+
+/// The phases' uniform parameters (sample.wgsl `Params`).
+pub fn params_bytes(p: &SamplingParams) -> [u8; PARAMS_BYTES] {
     let greedy = p.is_greedy();
     let mut flags = 0u32;
     if p.repetition_penalty != 1.0 {
@@ -98,8 +136,14 @@ pub fn params_bytes(p: &SamplingParams) -> [u8; 32] {
     if greedy {
         flags |= 8;
     }
+    if !p.logit_bias.is_empty() {
+        flags |= 16;
+    }
+    if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+        flags |= 32;
+    }
     let min_d = if p.min_p > 0.0 { -(p.min_p as f64).ln() as f32 } else { 3.4e38 };
-    let words: [u32; 8] = [
+    let words: [u32; PARAMS_BYTES / 4] = [
         (if greedy { 0.0 } else { 1.0 / p.temperature }).to_bits(),
         p.top_p.to_bits(),
         min_d.to_bits(),
@@ -108,6 +152,10 @@ pub fn params_bytes(p: &SamplingParams) -> [u8; 32] {
         p.seed as u32,
         (p.seed >> 32) as u32,
         flags,
+        p.frequency_penalty.to_bits(),
+        p.presence_penalty.to_bits(),
+        0,
+        0,
     ];
     bytemuck::cast(words)
 }
