@@ -85,7 +85,8 @@ pub struct BenchReport {
     pub kv_bytes_per_token: u64,
     pub effective_gb_s: f64,
     pub gpu_memory_bytes: u64,
-    /// Median GPU time of one decode step at the benchmark depth (timestamp queries), if available.
+    /// Median GPU time of one decode step at the benchmark depth (timestamp queries), if
+    /// available; the step chooses its token as the measured decode does (argmax or sampling).
     pub gpu_ms_per_step: Option<f64>,
     /// Median CPU time the engine spends recording and submitting one decode step (the write of
     /// the step's position, the encoder, the pass's dispatches, the submit): beside
@@ -201,6 +202,8 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
     }
     decode(rt, (o.prompt_len, 1, 8.min(o.gen)), &o.sampling, inflight).await?;
 
+    // The timed step and the profile choose their token as the measured decode does.
+    let pick = Pick { sampled: o.sampling.is_some(), masked: false, hidden: false };
     let (mut pre, mut dec, mut gpu, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.reps {
         rt.pos = 0;
@@ -215,14 +218,14 @@ pub async fn run(engine: &mut Engine, o: &BenchOptions) -> Result<BenchReport> {
         dec.push(ms);
         cpu.push(encode);
         rt.pos = depth;
-        if let Some(ms) = rt.time_decode_step().await? {
+        if let Some(ms) = rt.time_decode_step(pick).await? {
             gpu.push(ms);
         }
     }
     rt.pos = depth;
-    let decode_profile = rt.profile_step(1).await?;
+    let decode_profile = rt.profile_step(1, pick).await?;
     rt.pos = 0;
-    let prefill_profile = rt.profile_step(o.prompt_len.min(rt.max_batch)).await?;
+    let prefill_profile = rt.profile_step(o.prompt_len.min(rt.max_batch), Pick::GREEDY).await?;
     rt.gpu.check()?;
     let (p, d) = (median(&pre), median(&dec));
     let decode_tok_s = o.gen as f64 / (d / 1e3);

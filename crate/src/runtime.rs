@@ -452,13 +452,14 @@ impl Runtime {
     }
 
     /// GPU time of one decode step in milliseconds, from timestamp queries; `None` when the
-    /// adapter has no timestamps. The step runs at the current position and advances it.
-    pub async fn time_decode_step(&mut self) -> Result<Option<f64>> {
+    /// adapter has no timestamps. The step (choosing its token as `pick` says) runs at the
+    /// current position and advances it.
+    pub async fn time_decode_step(&mut self, pick: Pick) -> Result<Option<f64>> {
         if !self.gpu.summary.timestamps {
             return Ok(None);
         }
         let timer = Timer::new(&self.gpu, 2);
-        let sub = self.submit_timed(None, 0, CopyOut::Nothing, Pick::GREEDY, Some(&timer));
+        let sub = self.submit_timed(None, 0, CopyOut::Nothing, pick, Some(&timer));
         Ok(timer.read_ms(&self.gpu, sub).await?.first().copied())
     }
 
@@ -467,15 +468,16 @@ impl Runtime {
     /// the adapter writes them inside passes (natively); else each dispatch in a pass of its own
     /// timed at its beginning and end (browsers offer only that). Either way each dispatch's
     /// time includes a few µs of the timing itself: compare kernels, not the sum with a step.
-    /// `None` without timestamps or past 4,096 queries. The step advances the position.
-    pub async fn profile_step(&mut self, n: usize) -> Result<Option<Vec<(String, usize, f64)>>> {
+    /// `None` without timestamps or past 4,096 queries. The step advances the position; `pick`
+    /// says how it chooses its token.
+    pub async fn profile_step(&mut self, n: usize, pick: Pick) -> Result<Option<Vec<(String, usize, f64)>>> {
         let (inside, any) = (self.gpu.summary.timestamps_in_passes, self.gpu.summary.timestamps);
         if !any {
             return Ok(None);
         }
         let n32 = n as u32;
-        let program = self.program(n32, Pick::GREEDY);
-        let dispatches = program.dispatches(n, self.pos, Pick::GREEDY) as u32;
+        let program = self.program(n32, pick);
+        let dispatches = program.dispatches(n, self.pos, pick) as u32;
         let queries = if inside { dispatches + 1 } else { 2 * dispatches };
         // WebGPU's most queries in one set.
         if queries > 4096 {
@@ -486,9 +488,9 @@ impl Runtime {
         let mut enc = self.begin_step(Some(&ids), n32, 0);
         let kernels = if inside {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            program.record_profiled(&mut pass, n32, self.pos as u32, Pick::GREEDY, &timer.queries)
+            program.record_profiled(&mut pass, n32, self.pos as u32, pick, &timer.queries)
         } else {
-            program.record_passes_timed(&mut enc, n32, self.pos as u32, Pick::GREEDY, &timer.queries)
+            program.record_passes_timed(&mut enc, n32, self.pos as u32, pick, &timer.queries)
         };
         timer.resolve(&mut enc);
         let sub = self.gpu.queue.submit([enc.finish()]);
