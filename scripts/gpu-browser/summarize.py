@@ -97,17 +97,18 @@ for (model, mode), b in raw:
 # both add a few us a dispatch, so read kernel against kernel. The browser's prefill chunk is the
 # engine's maxBatch (256 by default), native bench's 512.
 for (model, mode), b in raw:
-    if mode != "raw":
+    if mode not in ("raw", "rawsampled"):
         continue
-    n = native.get((model, "greedy", "new"), {})
-    for what in ("decode_profile", "prefill_profile"):
+    # A sampled run's decode profile holds the sampler's phases; its prefill is the greedy one's.
+    n = native.get((model, "greedy" if mode == "raw" else "sampled", "new"), {})
+    for what in ("decode_profile", "prefill_profile") if mode == "raw" else ("decode_profile",):
         bp = {k: (c, ms) for k, c, ms in (b["report"].get(what) or [])}
         npf = {k: (c, ms) for k, c, ms in (n.get(what) or [])}
         if not bp:
             continue
         r = b["report"]
         chunk = f" (browser chunk {min(r['prompt_len'], b['info'].get('maxBatch') or r['prompt_len'])} tokens, native {n.get('prompt_len')})" if what == "prefill_profile" else ""
-        print(f"\n{model} {what}{chunk}: kernel, dispatches and ms browser | native")
+        print(f"\n{model} {mode} {what}{chunk}: kernel, dispatches and ms browser | native")
         for k in sorted(set(bp) | set(npf), key=lambda k: -bp.get(k, (0, 0))[1]):
             (bc, bm), (nc, nm) = bp.get(k, (0, 0.0)), npf.get(k, (0, 0.0))
             print(f"  {k:16s} {bc:4d} {bm:8.3f} | {nc:4d} {nm:8.3f}")
