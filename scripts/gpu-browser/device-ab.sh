@@ -38,6 +38,10 @@ for l in open(sys.argv[1]):
     if "report" in j:
         r = j["report"]
         print(f"round {sys.argv[2]} {sys.argv[3]:28s} {j['model']:24s} {j['mode']:6s} pp {r['prefill_tok_s']:8.0f}  tg {r['decode_tok_s']:7.1f}  gpu ms/step {r.get('gpu_ms_per_step') or float('nan'):.3f}  dispatches {r['dispatches_per_token']}")
+        # A sampled loop's profile: the sampler's phases, µs each.
+        phases = [(k, ms) for k, _, ms in r.get("decode_profile") or [] if k.startswith("sample")]
+        if phases:
+            print("    " + "  ".join(f"{k[7:]} {ms * 1e3:.1f}" for k, ms in phases))
     if "runs" in j and j["runs"] and "stats" in j["runs"][0]:
         # The JavaScript API (greedy / sampled modes): medians after the first run.
         runs = j["runs"][1:] or j["runs"]

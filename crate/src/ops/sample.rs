@@ -18,6 +18,9 @@ const HDR: usize = 16;
 /// Phases, in order (sample.wgsl PHASE), and whether each runs over the vocabulary (NW
 /// workgroups) or in one workgroup.
 pub const PHASES: [(u32, bool); 7] = [(1, true), (2, true), (3, false), (4, true), (5, false), (6, true), (7, false)];
+/// The phases' names in profiles.
+const LABELS: [&str; 7] =
+    ["sample max", "sample hist", "sample select", "sample gather", "sample cut", "sample draw", "sample pick"];
 
 /// Word offsets of the scratch buffer's parts, for a vocabulary of `vocab` tokens.
 #[derive(Clone, Copy, Debug)]
@@ -195,8 +198,8 @@ pub struct Sample<'a> {
 pub fn sample(r: &mut Recorder, vocab: usize, s: Sample) {
     let sl = SampleLayout::new(vocab);
     let bufs = [(0, s.logits), (1, s.ids), (2, s.tokens), (3, s.state), (4, s.params), (6, s.counters)];
-    for (phase, wide) in PHASES {
+    for ((phase, wide), label) in PHASES.into_iter().zip(LABELS) {
         let grid = Grid::Fixed(if wide { sl.nw as u32 } else { 1 });
-        r.push("sample", Kernel::Sample, &sl.consts(phase), &bufs, grid);
+        r.push(label, Kernel::Sample, &sl.consts(phase), &bufs, grid);
     }
 }
