@@ -96,8 +96,10 @@ fn has(f: u32) -> bool {
     return (sp.flags & f) != 0u;
 }
 
-fn score(i: u32) -> f32 {
-    var s = logits[i];
+// Logit `l` of token i as a score: the bias, the frequency / presence penalties and the
+// repetition penalty applied.
+fn adjust(l: f32, i: u32) -> f32 {
+    var s = l;
     if (has(16u)) {
         s += bitcast<f32>(state[OFF_BIAS + i]);
     }
@@ -109,6 +111,22 @@ fn score(i: u32) -> f32 {
     }
     if (has(1u) && ((state[OFF_PEN + i / 32u] >> (i % 32u)) & 1u) != 0u) {
         s = select(s * sp.penalty, s / sp.penalty, s > 0.0);
+    }
+    return s;
+}
+
+// This invocation's PER scores of chunk `wg` (token `token(wg, lid, e)` at e; past the
+// vocabulary the last token's, which the callers skip). All PER logits are requested before any
+// is used: one load's latency after another's bound the phases over the vocabulary.
+fn chunk_scores(wg: u32, lid: u32) -> array<f32, PER> {
+    var s: array<f32, PER>;
+    for (var e = 0u; e < PER; e++) {
+        s[e] = logits[min(wg * CHUNK + e * 256u + lid, V - 1u)];
+    }
+    if (has(1u | 16u | 32u)) {
+        for (var e = 0u; e < PER; e++) {
+            s[e] = adjust(s[e], min(wg * CHUNK + e * 256u + lid, V - 1u));
+        }
     }
     return s;
 }
@@ -244,10 +262,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 return;
             }
             var m = NEG;
+            let sc = chunk_scores(wg, lid);
             for (var e = 0u; e < PER; e++) {
-                let i = token(wg, lid, e);
-                if (i != NONE) {
-                    m = max(m, score(i));
+                if (token(wg, lid, e) != NONE) {
+                    m = max(m, sc[e]);
                 }
             }
             let b = best_of(m, 0u, lid);
@@ -263,10 +281,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             atomicStore(&hc[lid], 0u);
             atomicStore(&hw[lid], 0u);
             workgroupBarrier();
+            let sc = chunk_scores(wg, lid);
             for (var e = 0u; e < PER; e++) {
-                let i = token(wg, lid, e);
-                if (i != NONE) {
-                    let d = dist(score(i), m);
+                if (token(wg, lid, e) != NONE) {
+                    let d = dist(sc[e], m);
                     atomicAdd(&hc[bin_of(d)], 1u);
                     atomicAdd(&hw[bin_of(d)], u32(select(0.0, exp(-d), d >= 0.0) * W_UNIT + 0.5));
                 }
@@ -283,12 +301,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (greedy || !cuts) {
                 return;
             }
+            // Bin totals over the chunks, eight chunks' loads in flight at a time (summed in
+            // chunk order as one at a time would).
             var c = 0u;
             var w = 0.0;
-            for (var g = 0u; g < NW; g++) {
-                let at = OFF_HIST + (g * BINS + lid) * 2u;
-                c += state[at];
-                w += f32(state[at + 1u]) * (1.0 / W_UNIT);
+            for (var g = 0u; g < NW; g += 8u) {
+                var hcs: array<u32, 8>;
+                var hws: array<u32, 8>;
+                for (var k = 0u; k < 8u; k++) {
+                    let at = OFF_HIST + (min(g + k, NW - 1u) * BINS + lid) * 2u;
+                    hcs[k] = state[at];
+                    hws[k] = state[at + 1u];
+                }
+                for (var k = 0u; k < 8u; k++) {
+                    if (g + k < NW) {
+                        c += hcs[k];
+                        w += f32(hws[k]) * (1.0 / W_UNIT);
+                    }
+                }
             }
             // Inclusive scans over the bins, largest scores first.
             wi[lid] = c;
@@ -364,10 +394,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let bk = state[OFF_HDR + H_BK];
             let bp = state[OFF_HDR + H_BP];
             let bp_hi = state[OFF_HDR + H_BP_HI];
+            let sc = chunk_scores(wg, lid);
             for (var e = 0u; e < PER; e++) {
                 let i = token(wg, lid, e);
                 if (i != NONE) {
-                    let s = score(i);
+                    let s = sc[e];
                     let b = bin_of(dist(s, m));
                     var l = NONE;
                     if (b == bk) {
@@ -496,10 +527,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let key = hash(sp.seed_lo ^ hash(sp.seed_hi ^ hash(step.pos0 + 0x9e3779b9u)));
             var best = NEG;
             var best_i = NONE;
+            let sc = chunk_scores(wg, lid);
             for (var e = 0u; e < PER; e++) {
                 let i = token(wg, lid, e);
                 if (i != NONE) {
-                    let s = score(i);
+                    let s = sc[e];
                     var k = s;
                     var kept = s == s;
                     if (!greedy) {
