@@ -399,6 +399,8 @@ impl Engine {
             constraint,
             stop_reason: None,
             prefill_ms,
+            start_ms: t0,
+            first_token_ms: 0.0,
             decode_start_ms: now_ms(),
             decode_ms: 0.0,
         })
@@ -567,6 +569,11 @@ pub struct Generation {
     constraint: Option<Constraint>,
     pub stop_reason: Option<StopReason>,
     prefill_ms: f64,
+    /// When `start` began (before the prefill).
+    start_ms: f64,
+    first_token_ms: f64,
+    /// When the first token was accepted: decode time counts from there, so that it holds the
+    /// steps after the first token only (the first comes from the prompt's logits).
     decode_start_ms: f64,
     decode_ms: f64,
 }
@@ -604,7 +611,12 @@ impl Generation {
     fn accept(&mut self, id: u32, logprob: Option<TokenLogprob>) -> Result<TokenEvent> {
         self.tokens.push(id);
         self.history.push(id);
-        self.decode_ms = now_ms() - self.decode_start_ms;
+        let now = now_ms();
+        if self.tokens.len() == 1 {
+            self.first_token_ms = now - self.start_ms;
+            self.decode_start_ms = now;
+        }
+        self.decode_ms = now - self.decode_start_ms;
         if let Some(lp) = &logprob {
             self.logprobs.push(lp.clone());
         }
@@ -643,6 +655,7 @@ impl Generation {
                 cached_tokens: self.cached_tokens,
                 generated_tokens: self.tokens.len(),
                 prefill_ms: self.prefill_ms,
+                first_token_ms: self.first_token_ms,
                 decode_ms: self.decode_ms,
                 prefill_tok_s: prefilled as f64 / (self.prefill_ms / 1e3),
                 decode_tok_s: if steps > 0 { steps as f64 / (self.decode_ms / 1e3) } else { 0.0 },

@@ -203,6 +203,9 @@ pub struct GenStats {
     pub cached_tokens: usize,
     pub generated_tokens: usize,
     pub prefill_ms: f64,
+    /// From the start of the generation (the prefill included) to its first token.
+    pub first_token_ms: f64,
+    /// From the first token to the last: `decode_tok_s` is the tokens after the first over it.
     pub decode_ms: f64,
     /// Prompt tokens prefilled (not reused) per second.
     pub prefill_tok_s: f64,
