@@ -175,10 +175,41 @@ async fn streamed<T: TensorSource>(
     let info = src.matrix(name, (rows, cols), true)?;
     let m = StreamedMatrix::alloc(gpu, label, info.layout, info.meta16, (rows, cols))?;
     for c in m.chunks(info.row_bytes, READ_CHUNK) {
-        let p = src.rows(Rows::some(name, (rows, cols), c.first, c.n), on_read).await?;
+        let p = finite_rows(src, Rows::some(name, (rows, cols), c.first, c.n), on_read).await?;
         m.parts[c.part].write_rows(gpu, name, c.local, &p)?;
     }
     Ok(m)
+}
+
+/// `src.rows`, refusing a value that is not finite: one NaN or infinite weight (or block scale)
+/// turns every later activation into NaN, and the model into garbage text instead of an error.
+async fn finite_rows<T: TensorSource>(src: &T, r: Rows<'_>, on_read: &mut dyn FnMut(u64)) -> Result<Packed> {
+    let (name, first, cols) = (r.name, r.first, r.shape.1);
+    let p = src.rows(r, on_read).await?;
+    match p.first_non_finite() {
+        Some(i) => Err(not_finite(name, (first + i / cols.max(1), i % cols.max(1)))),
+        None => Ok(p),
+    }
+}
+
+/// `src.values`, refusing a value that is not finite (see `finite_rows`).
+async fn finite_values<T: TensorSource>(
+    src: &T,
+    name: &str,
+    shape: Shape,
+    on_read: &mut dyn FnMut(u64),
+) -> Result<Vec<f32>> {
+    let v = src.values(name, shape, on_read).await?;
+    match v.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(Error::Model(format!("tensor {name}: value {i} is not finite ({})", v[i]))),
+        None => Ok(v),
+    }
+}
+
+fn not_finite(name: &str, (row, col): (usize, usize)) -> Error {
+    Error::Model(format!(
+        "tensor {name}: the value at row {row}, column {col} (or its block's scale) is not finite (NaN or infinite)"
+    ))
 }
 
 /// One layer: its tensors read in file order (a download moves forward and no chunk is needed
@@ -206,7 +237,7 @@ async fn layer<T: TensorSource>(
                 let mut parts = Vec::new();
                 for r0 in (0..rows).step_by(fh) {
                     let r = Rows { pad: (f, cols), ..Rows::some(&name, (rows, cols), r0, fh) };
-                    parts.push(src.rows(r, on_read).await?);
+                    parts.push(finite_rows(src, r, on_read).await?);
                 }
                 mats.insert(name, parts);
             }
@@ -215,11 +246,11 @@ async fn layer<T: TensorSource>(
                 if fh != f && name == l.down {
                     r.pad = (rows, f);
                 }
-                let m = src.rows(r, on_read).await?;
+                let m = finite_rows(src, r, on_read).await?;
                 mats.insert(name, vec![m]);
             }
             Shape::Vector(_) | Shape::Conv(..) => {
-                let v = src.values(&name, shape, on_read).await?;
+                let v = finite_values(src, &name, shape, on_read).await?;
                 vecs.insert(name, v);
             }
         }
@@ -281,7 +312,7 @@ pub(crate) async fn load<T: TensorSource>(
                 let label = names.buffer(None, "embed", &embed_name);
                 embed = Some(streamed(gpu, src, &label, &embed_name, (cfg.vocab, h), &mut on_read).await?);
             }
-            Item::Norm => out_norm = Some(src.values(&norm_name, Shape::Vector(h), &mut on_read).await?),
+            Item::Norm => out_norm = Some(finite_values(src, &norm_name, Shape::Vector(h), &mut on_read).await?),
             Item::Head => {
                 if let Some(head) = &head {
                     let label = names.buffer(None, "lm_head", head);

@@ -230,6 +230,24 @@ fn f16_le(b: &[u8], off: usize) -> f32 {
 }
 
 impl Packed {
+    /// Index of the first value that is not finite (NaN or infinite), if any: a float weight, or
+    /// a block's scale or offset (meta index / 2 * block is then the block's first element).
+    pub fn first_non_finite(&self) -> Option<usize> {
+        if let Some(i) = self.meta.iter().position(|x| !x.is_finite()) {
+            return Some(i / 2 * self.layout.block());
+        }
+        // An all-ones exponent is infinite or NaN in each float format (a half word: two values).
+        let (mask, per_word): (u32, usize) = match self.layout {
+            Layout::F32 => (0x7F80_0000, 1),
+            Layout::F16 => (0x7C00, 2),
+            Layout::BF16 => (0x7F80, 2),
+            Layout::Q4 { .. } | Layout::Q8 { .. } => return None,
+        };
+        let hi = if per_word == 2 { mask << 16 } else { mask };
+        let w = self.words.iter().position(|&x| x & mask == mask || x & hi == hi)?;
+        Some(w * per_word + usize::from(per_word == 2 && self.words[w] & mask != mask))
+    }
+
     /// Appends quants (each < 16) in element order: nibble n of word w is element 8w+n.
     fn push_q4(&mut self, q: &[u8]) {
         self.words.extend(

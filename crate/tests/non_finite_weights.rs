@@ -1,0 +1,45 @@
+//! A weight that is NaN or infinite (a float value, or a quantized block's scale) would turn every
+//! activation after it into NaN and the model's output into garbage: loading refuses it with a
+//! ModelFormatError that names the tensor.
+
+mod common;
+use ferrolm::engine::Engine;
+use ferrolm::gpu::block_on;
+use ferrolm::weights::gguf::GgufFile;
+use ferrolm::weights::quant::GgmlType;
+use ferrolm::weights::FileSource;
+
+/// A one-layer SmolLM2-shaped file of `ty`, with `patch` applied at byte `at` of tensor `name`'s
+/// data; the load's error.
+fn load_patched(ty: GgmlType, name: &str, at: u64, patch: &[u8]) -> Option<ferrolm::Error> {
+    let shape = ferrolm::synth::Shape { vocab: 4096, ..ferrolm::synth::shape("smollm2-135m").unwrap() };
+    let opts = ferrolm::synth::SynthOptions { shape, ty, seed: 5, layers: Some(1), sparse: false };
+    let m = common::SynthModel::write(&format!("nonfinite-{}-{name}", ty.name()), &opts);
+    let t = GgufFile::read(&FileSource::open(&m.path).unwrap()).unwrap().tensor(name).unwrap().clone();
+    let mut bytes = std::fs::read(&m.path).unwrap();
+    let o = (t.offset + at) as usize;
+    bytes[o..o + patch.len()].copy_from_slice(patch);
+    std::fs::write(&m.path, &bytes).unwrap();
+    let src = FileSource::open(&m.path).unwrap();
+    block_on(Engine::load(&src, &Default::default(), &mut |_, _, _| {})).err()
+}
+
+fn refused(e: Option<ferrolm::Error>, name: &str) {
+    let e = e.unwrap_or_else(|| panic!("{name}: a non-finite value was loaded"));
+    assert_eq!(e.kind(), "ModelFormatError", "{e}");
+    assert!(e.to_string().contains(name) && e.to_string().contains("not finite"), "{e}");
+}
+
+#[test]
+fn non_finite_weights_are_refused() {
+    // The unpatched file loads (the same bytes written back).
+    let sane = load_patched(GgmlType::F16, "blk.0.ffn_down.weight", 0, &[0x00, 0x3c]);
+    assert!(sane.is_none(), "{sane:?}");
+    // A NaN half in a float matrix, an infinite one past its first row.
+    refused(load_patched(GgmlType::F16, "blk.0.ffn_down.weight", 6, &[0x00, 0x7e]), "blk.0.ffn_down.weight");
+    refused(load_patched(GgmlType::F16, "blk.0.attn_q.weight", 2 * 576 * 3 + 2, &[0x00, 0xfc]), "blk.0.attn_q.weight");
+    // An infinite block scale of a Q4_0 matrix (each 18-byte block starts with its f16 scale).
+    refused(load_patched(GgmlType::Q4_0, "blk.0.ffn_gate.weight", 18 * 7, &[0x00, 0x7c]), "blk.0.ffn_gate.weight");
+    // A NaN in an f32 norm vector.
+    refused(load_patched(GgmlType::Q4_0, "output_norm.weight", 8, &f32::NAN.to_le_bytes()), "output_norm.weight");
+}
