@@ -119,6 +119,8 @@ fn config_json_out_of_range_is_refused() {
         ("rms_norm_eps", serde_json::json!(-1.0)),
         ("partial_rotary_factor", serde_json::json!(1e300)),
         ("partial_rotary_factor", serde_json::json!(0.0)),
+        ("text_config", serde_json::json!(5)),
+        ("text_config", serde_json::json!("llama")),
     ] {
         expect_err(hf(&with(key, v.clone())), key, &format!("{key} = {v}"));
     }

@@ -206,7 +206,14 @@ impl HfConfig {
         // (token ids, dtype, tie_word_embeddings often live only at the top).
         let mut merged = root.clone();
         let mut outer_model_type = None;
-        if let Some(Value::Object(tc)) = root.get("text_config") {
+        let text_config = match root.get("text_config") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(tc)) => Some(tc),
+            Some(v) => {
+                return Err(Error::Model(format!("config.json: text_config must be an object, got {v}")));
+            }
+        };
+        if let Some(tc) = text_config {
             outer_model_type = root.get("model_type").and_then(Value::as_str).map(String::from);
             merged.remove("model_type");
             for (k, v) in tc {
