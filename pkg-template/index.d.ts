@@ -143,12 +143,17 @@ export interface GenerationStats {
   cached_tokens: number;
   generated_tokens: number;
   prefill_ms: number;
+  /** From the start of the generation (its prefill included) to the first token. */
+  first_token_ms: number;
+  /** From the first token to the last; decode_tok_s is the tokens after the first over it. */
   decode_ms: number;
   prefill_tok_s: number;
   decode_tok_s: number;
   stop_reason: 'stop' | 'length' | 'context' | 'cancelled';
   seed: number;
   dispatches_per_token: number;
+  /** Tokens after the first were chosen on the GPU (false: on the CPU, for logprobs or cpuSampling). */
+  gpu_sampling: boolean;
 }
 
 export interface Usage {
@@ -386,6 +391,9 @@ export interface BenchmarkOptions {
   topP?: number;
   minP?: number;
   repetitionPenalty?: number;
+  frequencyPenalty?: number;
+  presencePenalty?: number;
+  logitBias?: Record<string, number>;
   seed?: number;
 }
 

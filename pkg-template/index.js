@@ -199,7 +199,7 @@ class Engine extends EventTarget {
    * The engine's own speed on this device, as `ferrolm bench` measures it natively: random
    * prompt ids, then decoding with the token chosen on the GPU, medians over repetitions.
    * Options {promptLen = 512, gen = 128, depth, reps = 3, temperature, topK, topP, minP,
-   * repetitionPenalty, seed = 1}; resolves to the report ({prefill_tok_s, decode_tok_s,
+   * repetitionPenalty, frequencyPenalty, presencePenalty, logitBias, seed = 1}; resolves to the report ({prefill_tok_s, decode_tok_s,
    * gpu_ms_per_step, dispatches_per_token, ...}). The model's context must hold promptLen +
    * gen + 1 tokens. Afterwards the KV cache holds random tokens, so the next generation
    * prefills its whole prompt.

@@ -91,6 +91,9 @@ var<workgroup> hc: array<atomic<u32>, 256>;
 var<workgroup> hw: array<atomic<u32>, 256>;
 var<workgroup> bc: array<u32, 8>;       // values made uniform with workgroupUniformLoad, one slot each
 var<workgroup> zsh: f32;
+// Phase 5: the first index a parallel search finds (running sums of floats may dip by an ulp,
+// so more than one invocation can match; the smallest is the one a serial loop takes).
+var<workgroup> first_at: atomic<u32>;
 
 fn has(f: u32) -> bool {
     return (sp.flags & f) != 0u;
@@ -456,13 +459,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             // where the running weight reaches it, in the list that holds that bin.
             let goal = sp.top_p * workgroupUniformLoad(&zsh);
             if (lid == 0u) {
-                bc[6] = BINS - 1u;
+                atomicStore(&first_at, BINS - 1u);
             }
             workgroupBarrier();
             let cum = bitcast<f32>(state[OFF_CUM + lid]);
             let before = bitcast<f32>(state[OFF_CUM + max(lid, 1u) - 1u]);
             if (cum >= goal && (lid == 0u || before < goal)) {
-                bc[6] = lid;
+                atomicMin(&first_at, lid);
+            }
+            workgroupBarrier();
+            if (lid == 0u) {
+                bc[6] = atomicLoad(&first_at);
             }
             let b = select(BINS, min(workgroupUniformLoad(&bc[6]), min(bk, BINS - 1u)), bp < BINS);
             var l = 2u;
@@ -495,13 +502,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             // The first listed score whose running weight reaches the goal, else the last one.
             if (lid == 0u) {
-                bc[7] = max(last, 1u) - 1u;
+                atomicStore(&first_at, max(last, 1u) - 1u);
             }
             workgroupBarrier();
             for (var j = lid; j < last; j += 256u) {
                 if (acc + ws[j] >= goal && (j == 0u || acc + ws[j - 1u] < goal)) {
-                    bc[7] = j;
+                    atomicMin(&first_at, j);
                 }
+            }
+            workgroupBarrier();
+            if (lid == 0u) {
+                bc[7] = atomicLoad(&first_at);
             }
             let jt = workgroupUniformLoad(&bc[7]);
             if (lid == 0u) {

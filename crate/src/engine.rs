@@ -471,7 +471,9 @@ impl Engine {
         } else if g.gpu {
             // Keep a few steps queued on the GPU: each one's token feeds the next, and the CPU
             // reads the chosen ids back one step behind.
-            if g.gpu_sampled && g.queue.submitted() == 0 {
+            // After a token chosen on the CPU (the first; the one after a longrope recompute) the
+            // GPU's penalty set and counts are made whole again from the context.
+            if g.gpu_sampled && g.feed.is_some() && g.queue.is_empty() {
                 self.rt.set_sampling(&g.sampler.params, &g.history, &g.tokens)?;
             }
             // A constraint's next mask depends on the token just chosen: no steps queued ahead.

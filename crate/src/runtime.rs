@@ -445,7 +445,7 @@ impl Runtime {
     /// The token a step put in `slot`, once `map` (`StepQueue::push`) is answered.
     async fn read_token(&self, slot: usize, after: wgpu::SubmissionIndex, map: PendingMap) -> Result<u32> {
         let read = self.gpu.finish_map(&self.token_readback[slot], 4, map, Some(after)).await;
-        // Unmapped again, or never mapped (the request failed).
+        // `finish_map` leaves the buffer unmapped on every path.
         self.token_requested[slot].store(false, Ordering::Relaxed);
         let bytes = read?;
         Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))

@@ -379,7 +379,7 @@ impl Gpu {
     }
 
     /// Wait for a `start_map` of `buf` (natively only for submission `after`), copy the bytes
-    /// out and unmap it.
+    /// out and unmap it. On every path `buf` is left unmapped (a failed request leaves it so).
     pub async fn finish_map(
         &self,
         buf: &wgpu::Buffer,
@@ -389,26 +389,27 @@ impl Gpu {
     ) -> Result<Vec<u8>> {
         #[cfg(not(target_arch = "wasm32"))]
         if let Err(e) = self.device.poll(wgpu::PollType::Wait { submission_index: after, timeout: None }) {
-            // A destroyed or lost device reports its loss in the next maintenance pass.
+            // The request is still pending: cancel it. A destroyed or lost device reports its
+            // loss in the next maintenance pass.
+            buf.unmap();
             let _ = self.device.poll(wgpu::PollType::Poll);
             self.check()?;
             return Err(Error::Gpu(format!("waiting for the GPU: {e}")));
         }
         #[cfg(target_arch = "wasm32")]
         let _ = after;
-        let res = map.0.await;
-        self.check()?;
-        match res {
+        match map.0.await {
             Some(Ok(())) => {}
-            Some(Err(e)) => return Err(Error::Gpu(format!("reading back results: {e}"))),
+            Some(Err(e)) => {
+                self.check()?;
+                return Err(Error::Gpu(format!("reading back results: {e}")));
+            }
             None => return Err(Error::Gpu("reading back results: the map request was dropped".into())),
         }
-        let out = {
-            let view = buf.get_mapped_range(..size).map_err(|e| Error::Gpu(format!("reading back results: {e}")))?;
-            view.to_vec()
-        };
+        let out = buf.get_mapped_range(..size).map(|view| view.to_vec());
         buf.unmap();
-        Ok(out)
+        self.check()?;
+        out.map_err(|e| Error::Gpu(format!("reading back results: {e}")))
     }
 
     /// Copy `size` bytes of a storage buffer to the CPU (tests and debugging; not the hot path).

@@ -184,10 +184,12 @@ async fn streamed<T: TensorSource>(
 /// `src.rows`, refusing a value that is not finite: one NaN or infinite weight (or block scale)
 /// turns every later activation into NaN, and the model into garbage text instead of an error.
 async fn finite_rows<T: TensorSource>(src: &T, r: Rows<'_>, on_read: &mut dyn FnMut(u64)) -> Result<Packed> {
-    let (name, first, cols) = (r.name, r.first, r.shape.1);
+    let (name, first) = (r.name, r.first);
     let p = src.rows(r, on_read).await?;
+    // The packed width, which a padded matrix widens.
+    let cols = p.cols.max(1);
     match p.first_non_finite() {
-        Some(i) => Err(not_finite(name, (first + i / cols.max(1), i % cols.max(1)))),
+        Some(i) => Err(not_finite(name, (first + i / cols, i % cols))),
         None => Ok(p),
     }
 }
