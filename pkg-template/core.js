@@ -354,7 +354,17 @@ async function loadFrom(source, load, signal) {
   } catch (e) {
     wasm?.free();
     if (source.lastError && (e?.name === 'IoError' || !e?.name)) throw source.lastError;
-    throw toError(e);
+    const err = toError(e);
+    // A file that is not the one its sha256 names (changed on the server, damaged) can look
+    // malformed before its digest is known: with a sha256 given, the digest decides.
+    if (err.name === 'ModelFormatError' && source.expectedSha && !signal?.aborted) {
+      try {
+        await source.finish();
+      } catch (ie) {
+        if (ie?.name === 'IntegrityError') throw ie;
+      }
+    }
+    throw err;
   } finally {
     source.release();
   }
