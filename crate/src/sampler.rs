@@ -313,7 +313,7 @@ impl Sampler {
                 return t;
             }
         }
-        draw(top_k(&l, k), &[], p, u)
+        draw(top_k(&l, k), p, u)
     }
 }
 
@@ -391,8 +391,8 @@ fn draw_from_head(l: &[f32], head: usize, p: &SamplingParams, u: f64) -> Option<
 }
 
 /// The token `u` draws among all of `cand` (sorted, largest first).
-fn draw(cand: Vec<(u32, f32)>, rest: &[f32], p: &SamplingParams, u: f64) -> u32 {
-    draw_partial(&cand, rest, p, u).expect("with every candidate sorted the draw lands among them")
+fn draw(cand: Vec<(u32, f32)>, p: &SamplingParams, u: f64) -> u32 {
+    draw_partial(&cand, &[], p, u).expect("with every candidate sorted the draw lands among them")
 }
 
 #[cfg(test)]
@@ -506,7 +506,7 @@ mod tests {
             ] {
                 for i in 0..50 {
                     let u = (i as f64 + r.next_f64()) / 50.0;
-                    let full = draw(top_k(&l, n), &[], &p, u);
+                    let full = draw(top_k(&l, n), &p, u);
                     match draw_from_head(&l, 256, &p, u) {
                         Some(t) => {
                             assert_eq!(t, full, "n {n} {p:?} u {u}");

@@ -283,15 +283,19 @@ fn single_token_cuts_draw_the_argmax() {
     }
 }
 
+/// The engine on the default model (`FERROLM_MODEL`), if there is one.
+fn engine() -> Option<ferrolm::engine::Engine> {
+    let src = ferrolm::weights::FileSource::open(model_path()?).unwrap();
+    Some(ferrolm::gpu::block_on(ferrolm::engine::Engine::load(&src, &Default::default(), &mut |_, _, _| {})).unwrap())
+}
+
 /// The engine samples on the GPU: the same seed gives the same tokens, another seed other
 /// tokens, and greedy decoding with a repetition penalty matches the CPU sampler exactly.
 #[test]
 fn engine_sampling_on_the_gpu() {
-    let Some(path) = model_path() else { return };
-    use ferrolm::engine::{Engine, GenerateOptions};
+    let Some(mut e) = engine() else { return };
+    use ferrolm::engine::GenerateOptions;
     use ferrolm::gpu::block_on;
-    let src = ferrolm::weights::FileSource::open(path).unwrap();
-    let mut e = block_on(Engine::load(&src, &Default::default(), &mut |_, _, _| {})).unwrap();
     let prompt = e.prompt_ids("The history of the printing press begins").unwrap();
     let mut run = |sampling: SamplingParams, cpu_sampling: bool| {
         let opts = GenerateOptions { max_tokens: 12, sampling, cpu_sampling, ..Default::default() };
@@ -326,11 +330,9 @@ fn engine_sampling_on_the_gpu() {
 /// same tokens as before.
 #[test]
 fn generations_after_a_stop_with_steps_in_flight() {
-    let Some(path) = model_path() else { return };
-    use ferrolm::engine::{Engine, GenerateOptions};
+    let Some(mut e) = engine() else { return };
+    use ferrolm::engine::GenerateOptions;
     use ferrolm::gpu::block_on;
-    let src = ferrolm::weights::FileSource::open(path).unwrap();
-    let mut e = block_on(Engine::load(&src, &Default::default(), &mut |_, _, _| {})).unwrap();
     let prompt = e.prompt_ids("Rivers carry water to the sea because").unwrap();
     let opts = GenerateOptions { max_tokens: 16, stop_ids: Some(vec![]), prefix_cache: false, ..Default::default() };
     let full = block_on(e.generate(&prompt, &opts, &mut |_, _| true)).unwrap().tokens;
