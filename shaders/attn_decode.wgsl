@@ -45,7 +45,8 @@ fn softmax_stats(s: f32, live: bool, tid: u32) -> vec2<f32> {
         r4_sh[tid] = vec4<f32>(s, select(0.0, 1.0, live), 0.0, 0.0);
     }
     workgroupBarrier();
-    for (var k = CH / 2u; k > 0u; k >>= 1u) {
+    for (var i = 1u; i <= countTrailingZeros(CH); i++) {
+        let k = CH >> i;
         if (tid < k) {
             let a = r4_sh[tid].xy;
             let b = r4_sh[tid + k].xy;
@@ -199,7 +200,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
     if (live) {
         d = kdg(k0, half, n4) + kdg(k1, half + 2u, n4) + kdg(k2, half + 4u, n4) + kdg(k3, half + 6u, n4) +
             kdg(k4, half + 8u, n4) + kdg(k5, half + 10u, n4) + kdg(k6, half + 12u, n4) + kdg(k7, half + 14u, n4);
-        for (var i = half + 16u; i < n4; i += 2u) {
+        for (var j = 0u; j < HD / 16u; j++) {
+            let i = half + 16u + 2u * j;
+            if (i >= n4) {
+                break;
+            }
             d += kdot(k_cache[kb + i], i);
         }
     }
@@ -234,7 +239,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
             acc += pv4(g + 16u * kg, kg, ve) + pv4(g + 20u * kg, kg, vf) + pv4(g + 24u * kg, kg, vg) +
                    pv4(g + 28u * kg, kg, vh);
         }
-        for (var i = g + 32u * kg; i < CH; i += 4u * kg) {
+        for (var j = 0u; j < CH; j++) {
+            let i = g + 32u * kg + 4u * kg * j;
+            if (i >= CH) {
+                break;
+            }
             acc += pv4(i, kg, vraw4(v_base, c0, i, kg, w));
         }
     }
@@ -243,7 +252,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) grid: vec
     // Invocation i < HD / 4 writes dimensions 4i .. 4i + 3 (words 2i, 2i + 1) as one vec4.
     if (tid < HD / 4u) {
         var total = vec4<f32>(0.0);
-        for (var k = 0u; k < kg; k++) {
+        for (var k = 0u; k < WG / (HD / 2u); k++) {
             total += vec4<f32>(r4_sh[2u * tid + k * lanes].xy, r4_sh[2u * tid + 1u + k * lanes].xy);
         }
         part[slot + tid] = total;

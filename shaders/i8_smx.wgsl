@@ -8,7 +8,12 @@ diagnostic(off, chromium.subgroup_matrix_uniformity);
 // column); each product 254 (c . w) + f . w stored row-major to its 16x16 of `scratch`. Offsets and strides count the arrays' i32 words (four
 // bytes each). The offsets vary by subgroup, which the extension's uniformity check rejects
 // although every invocation of a subgroup agrees on them: hence the diagnostic.
-fn products(sg: u32, lane: u32, sm: u32, sn: u32, j: u32) {
+fn products(sg_in: u32, lane: u32, sm_in: u32, sn_in: u32, j_in: u32) {
+    // Ranges stated for the browser's bounds checks of the matrix loads and stores (see put_a).
+    let sg = min(sg_in, 3u);
+    let sm = min(sm_in, 32u);
+    let sn = min(sn_in, 32u);
+    let j = min(j_in, KB - 1u);
     let k = j * 16u;
     let c0 = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&a_sh, sm * RSA + k, RSA);
     let c1 = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&a_sh, (sm + 16u) * RSA + k, RSA);

@@ -6,7 +6,8 @@ var<workgroup> red: array<vec4<f32>, 256>;
 fn reduce4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     red[lid] = v;
     workgroupBarrier();
-    for (var s = 16u; s > 0u; s >>= 1u) {
+    for (var i = 0u; i < 5u; i++) {
+        let s = 16u >> i;
         if (lid % 32u < s) {
             red[lid] += red[lid + s];
         }

@@ -165,39 +165,51 @@ const MSPLITS: u32 = 16u;
 // Per head and split: (max, sum), then the split's weight e^(max - M) / L.
 var<workgroup> mw: array<vec2<f32>, MW_LEN>;
 
-// Every invocation must call it (barriers).
+// Every invocation must call it (barriers). Loops are counted to constants and the head
+// bounded by min() so that a browser's range analysis proves every mw index (see xq_get).
 fn merge_weights(lid: u32) {
     let n = (step.pos0 + 64u) / 64u;   // splits holding positions 0 ..= pos0; the host keeps n <= MSPLITS
     let stride = MHD + 4u;
-    for (var i = lid; i < MNH * MSPLITS; i += WG) {
+    for (var it = 0u; it < (MNH * MSPLITS + WG - 1u) / WG; it++) {
+        let i = lid + it * WG;
+        if (i >= MNH * MSPLITS) {
+            break;
+        }
         let h = i / MSPLITS;
         let sp = i % MSPLITS;
         var ml = vec2<f32>(-3.0e38, 0.0);
         if (sp < n) {
             ml = x[(h * MCAP * stride + sp * stride + MHD) / 4u].xy;
         }
-        mw[i] = ml;
+        mw[min(h, MNH - 1u) * MSPLITS + sp] = ml;
     }
     workgroupBarrier();
-    for (var h = lid; h < MNH; h += WG) {
+    for (var it = 0u; it < (MNH + WG - 1u) / WG; it++) {
+        let h = lid + it * WG;
+        if (h >= MNH) {
+            break;
+        }
+        let hb = min(h, MNH - 1u) * MSPLITS;
         var big_m = -3.0e38;
-        for (var sp = 0u; sp < n; sp++) {
-            big_m = max(big_m, mw[h * MSPLITS + sp].x);
+        for (var sp = 0u; sp < MSPLITS; sp++) {
+            if (sp < n) {
+                big_m = max(big_m, mw[hb + sp].x);
+            }
         }
         var l = 0.0;
-        for (var sp = 0u; sp < n; sp++) {
-            let ml = mw[h * MSPLITS + sp];
-            if (ml.x > -1.0e38) {   // splits wholly outside a sliding window carry nothing
+        for (var sp = 0u; sp < MSPLITS; sp++) {
+            let ml = mw[hb + sp];
+            if (sp < n && ml.x > -1.0e38) {   // splits wholly outside a sliding window carry nothing
                 l += exp(ml.x - big_m) * ml.y;
             }
         }
         for (var sp = 0u; sp < MSPLITS; sp++) {
-            let ml = mw[h * MSPLITS + sp];
+            let ml = mw[hb + sp];
             var w = 0.0;
             if (sp < n && ml.x > -1.0e38) {
                 w = exp(ml.x - big_m) / l;
             }
-            mw[h * MSPLITS + sp] = vec2<f32>(w, 0.0);
+            mw[hb + sp] = vec2<f32>(w, 0.0);
         }
     }
     workgroupBarrier();
@@ -228,9 +240,14 @@ fn xin(k: u32) -> vec4<f32> {
     let h = k / MHD;
     let v = (h * MCAP * (MHD + 4u) + k % MHD) / 4u;
     let n = (step.pos0 + 64u) / 64u;
-    let wb = h * MSPLITS;
+    // Bounds a browser's range analysis can follow (see xq_get): no clamp on the mw reads.
+    let wb = min(h, MNH - 1u) * MSPLITS;
     var acc = vec4<f32>(0.0);
-    for (var s0 = 0u; s0 < n; s0 += 8u) {
+    for (var s8 = 0u; s8 < MSPLITS / 8u; s8++) {
+        let s0 = 8u * s8;
+        if (s0 >= n) {
+            continue;
+        }
         let a0 = pacc(v, s0, n);
         let a1 = pacc(v, s0 + 1u, n);
         let a2 = pacc(v, s0 + 2u, n);
@@ -278,7 +295,11 @@ fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
     let n8 = len / 8u;
     // Every invocation runs every trip (the quad operations need their neighbours); those past
     // the end read a valid clamped address and write nothing.
-    for (var g0 = 0u; g0 < n8; g0 += WG) {
+    for (var it = 0u; it < (KT / 8u + WG - 1u) / WG; it++) {
+        let g0 = it * WG;
+        if (g0 >= n8) {
+            break;
+        }
         let g = g0 + lid;
         let on = g < n8;
         let k = k0 + 8u * min(g, n8 - 1u);
@@ -330,8 +351,10 @@ struct Xq {
     md: vec4<f32>,                  // (d, sum of 0..15, sum of 16..31, -)
 }
 
+// One min() instead of a browser's clamp on each of the five reads (see matmul_i8.wgsl put_a).
 fn xq_get(c: u32) -> Xq {
-    return Xq(xb[5u * c], xb[5u * c + 1u], xb[5u * c + 2u], xb[5u * c + 3u], bitcast<vec4<f32>>(xb[5u * c + 4u]));
+    let b = 5u * min(c, XB_LEN / 5u - 1u);
+    return Xq(xb[b], xb[b + 1u], xb[b + 2u], xb[b + 3u], bitcast<vec4<f32>>(xb[b + 4u]));
 }
 
 // Integer dots of four x words with four (already unpacked) weight words: coarse + fine / 254.
@@ -370,7 +393,11 @@ fn xget(k: u32) -> vec4<f32> {
 // Stage x[k0 .. k0 + len) (len a multiple of 4); returns this invocation's sum of squares.
 fn stage(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
     var ss = 0.0;
-    for (var v = lid; v < len / 4u; v += WG) {
+    for (var it = 0u; it < (KT / 4u + WG - 1u) / WG; it++) {
+        let v = lid + it * WG;
+        if (v >= len / 4u) {
+            break;
+        }
         var a = xin(k0 + 4u * v);
         if (norm) {
             ss += dot(a, a);
@@ -405,7 +432,8 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
     let t = slice * 32u + lid % 32u;
     let ch = chunk_len();
     let last = K / ch - 1u;
-    for (var k0 = 0u; k0 < K; k0 += KT) {
+    for (var tile = 0u; tile < (K + KT - 1u) / KT; tile++) {
+        let k0 = tile * KT;
         let len = min(KT, K - k0);
         // This invocation's first chunk of the tile is requested before x is staged, so the two
         // memory round trips overlap; each later chunk is requested one step ahead.
@@ -420,7 +448,11 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
         if (IDOT) {
             ss += stage_q(k0, len, lid, norm);
             workgroupBarrier();
-            for (var c = t; c < len / 32u; c += 32u * S) {
+            for (var it = 0u; it < (KT / 32u + 32u * S - 1u) / (32u * S); it++) {
+                let c = t + it * 32u * S;
+                if (c >= len / 32u) {
+                    break;
+                }
                 let next = wload4(r, min(k0 / 32u + c + 32u * S, last));
                 let xq = xq_get(c);
                 out.v += vec4<f32>(idot(w.r0, xq), idot(w.r1, xq), idot(w.r2, xq), idot(w.r3, xq));
@@ -430,7 +462,11 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
         }
         ss += stage(k0, len, lid, norm);
         workgroupBarrier();
-        for (var c = t; c < len / ch; c += 32u * S) {
+        for (var it = 0u; it < (KT / 8u + 32u * S - 1u) / (32u * S); it++) {
+            let c = t + it * 32u * S;
+            if (c >= len / ch) {
+                break;
+            }
             let next = wload4(r, min(k0 / ch + c + 32u * S, last));
             out.v += wdot4(w, x_chunk(c * ch));
             w = next;
@@ -446,7 +482,11 @@ fn dot4(r: vec4<u32>, lid: u32, slice: u32, norm: bool) -> Dots {
 // partials' reads (staging has fewer active invocations: an eighth of x's length with integer
 // activations). Every invocation must call it (barrier).
 fn sum_parts(lid: u32) {
-    for (var v = lid; v < K / 4u; v += WG) {
+    for (var it = 0u; it < (K / 4u + WG - 1u) / WG; it++) {
+        let v = lid + it * WG;
+        if (v >= K / 4u) {
+            break;
+        }
         var a = x[v];
         for (var p = 1u; p <= XP; p++) {
             a += x[p * (K / 4u) + v];
@@ -525,8 +565,8 @@ fn join_slices(v: vec4<f32>, lid: u32) -> vec4<f32> {
     }
     workgroupBarrier();
     var tot = vec4<f32>(0.0);
-    for (var i = grp - grp % S; i < grp - grp % S + S; i++) {
-        tot += parts[i];
+    for (var i = 0u; i < S; i++) {
+        tot += parts[grp - grp % S + i];
     }
     return tot;
 }

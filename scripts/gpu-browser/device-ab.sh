@@ -4,7 +4,8 @@
 # (the engine's own loop: prefill, greedy decode, GPU time a step and per kernel).
 #   scripts/gpu-browser/device-ab.sh OUTDIR "PKG[?QUERY] PKG[?QUERY] ..." [SHAPES] [REPS]
 #     PKG      a package folder in the tree (pkg, .bench/pkg-b); QUERY adds page parameters
-#              (e.g. pkg?maxbatch=512)
+#              (e.g. pkg?maxbatch=512); a suffix |SWITCH|SWITCH starts Chromium with those
+#              switches for that variant (e.g. pkg|--enable-dawn-features=disable_robustness)
 #   Environment: ROUNDS (default 2), MODES (default raw), PP (prompt tokens, default 512).
 #   Carried: as device-bench.sh (.gl, .bench/ferrolm.xz, .bench/chr/chrextra.tar.xz, Chromium
 #   parts in ~/chrparts) and every package folder named.
@@ -21,14 +22,15 @@ bench_models "$www" "$shapes"
 list=$(IFS=,; echo "${models[*]}")
 i=0
 for v in $variants; do
-  dir=${v%%\?*}; name=pkg$i; i=$((i + 1))
+  dir=${v%%[?|]*}; name=pkg$i; i=$((i + 1))
   rm -rf "$www/$name" && cp -r "$dir" "$www/$name"
 done
 for r in $(seq 1 "${ROUNDS:-2}"); do
   i=0
   for v in $variants; do
-    extra=""; [ "$v" != "${v#*\?}" ] && extra="&${v#*\?}"
-    "$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
+    q=${v%%|*}; extra=""; [ "$q" != "${q#*\?}" ] && extra="&${q#*\?}"
+    flags=""; [ "$v" != "${v#*|}" ] && flags=${v#*|}
+    CHROMIUM_FLAGS="${flags//|/ }" "$here/run-chromium.sh" "$HOME/chrparts/chr.a*" .bench/chr/chrextra.tar.xz "$www" \
       "bench.html?pkg=pkg$i&models=$list&pp=${PP:-512}&tg=128&reps=$reps&modes=${MODES:-raw}$extra" "$out/r$r-v$i" 300 > /dev/null
     python3 - "$out/r$r-v$i/browser.jsonl" "$r" "$v" <<'PY'
 import json, sys

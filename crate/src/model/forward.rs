@@ -631,7 +631,14 @@ pub fn build(
     let short_max = if fused || batched || cfg.attn_gate || cfg.sub_norms {
         0
     } else {
-        (MERGE_MAX_VALUES / cfg.q_dim()).min(16) as u32 * 64
+        // Natively, FERROLM_MERGE_MAX_VALUES=n moves the limit (measuring the browsers' path
+        // with FERROLM_NO_FUSED_ATTENTION=1, not a setting).
+        #[cfg(not(target_arch = "wasm32"))]
+        let max_values =
+            std::env::var("FERROLM_MERGE_MAX_VALUES").ok().and_then(|v| v.parse().ok()).unwrap_or(MERGE_MAX_VALUES);
+        #[cfg(target_arch = "wasm32")]
+        let max_values = MERGE_MAX_VALUES;
+        (max_values / cfg.q_dim()).min(16) as u32 * 64
     };
     for (first, part) in w.embed.ranges() {
         elementwise::embed(&mut r, part, first, cfg.embed_scale, &bf.ids, &bf.x);
