@@ -204,8 +204,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             let n = min(CH, hi - c);
             // Eight keys' value words are requested before any is used: a loop that consumes
             // each load right away waits one memory latency per key.
-            for (var i8 = 0u; i8 < CH / 8u; i8++) {
-                let i0 = 8u * i8;
+            for (var oct = 0u; oct < CH / 8u; oct++) {
+                let i0 = 8u * oct;
                 if (i0 >= n) {
                     continue;
                 }

@@ -41,12 +41,12 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
     for (var i = 0u; i < CPL; i++) {
         gw[i] = wload(row, min(lane + i * LP, nch - 1u));
     }
-    let dch = C / 32u;
+    // C / 32u down chunks a row: spelled out, not a `let`, so browsers see the loops' constant bound.
     var dw: array<Wc, DMAX>;
     for (var i = 0u; i < RPL; i++) {
         let drow = min(lid + i * WG, K - 1u);
         for (var c = 0u; c < C / 32u; c++) {
-            dw[i * dch + c] = dload(drow, j * dch + c);
+            dw[i * (C / 32u) + c] = dload(drow, j * (C / 32u) + c);
         }
     }
     let ss = stage_tile(0u, K, lid, true);
@@ -76,7 +76,7 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
         let drow = lid + i * WG;
         var acc = 0.0;
         for (var c = 0u; c < C / 32u; c++) {
-            acc += wdot(dw[i * dch + c], act_chunk(32u * c));
+            acc += wdot(dw[i * (C / 32u) + c], act_chunk(32u * c));
         }
         if (drow < K) {
             x[(1u + j) * (K / 4u) + drow / 4u][drow % 4u] = acc;
