@@ -513,21 +513,39 @@ export class LocalEngine {
       await this.call((w) => w.start(Uint32Array.from(ids), opts));
       let aborted = false;
       let index = 0;
-      for (;;) {
+      let text = '';
+      const tokens = [];
+      outer: for (;;) {
         if (signal?.aborted) {
           aborted = true;
           break;
         }
-        const ev = await this.call((w) => w.next());
-        if (ev == null) break;
-        const t = JSON.parse(ev);
-        const chunk = { index: index++, token: t.token, text: t.text, stop: !!t.stop };
-        if (t.logprob) chunk.logprob = t.logprob;
-        emit(chunk);
+        // The tokens that came back since the last call (one, or several when this thread fell
+        // behind the GPU).
+        const evs = await this.call((w) => w.next());
+        if (evs == null) break;
+        for (const t of JSON.parse(evs)) {
+          if (signal?.aborted) {
+            aborted = true;
+            break outer;
+          }
+          const chunk = { index: index++, token: t.token, text: t.text, stop: !!t.stop };
+          if (t.logprob) chunk.logprob = t.logprob;
+          text += t.text;
+          if (t.token != null) tokens.push(t.token);
+          emit(chunk);
+        }
       }
       if (aborted) await this.call((w) => w.cancel());
       const r = JSON.parse(await this.call((w) => w.result()));
       const reason = aborted ? 'abort' : r.stats.stop_reason;
+      // An aborted generation's result holds what was handed out: a batch's tokens after the
+      // abort were made but not delivered.
+      if (aborted && r.tokens.length > tokens.length) {
+        r.text = text;
+        r.tokens = tokens;
+        r.logprobs = r.logprobs?.slice(0, tokens.length);
+      }
       return {
         text: r.text,
         tokens: r.tokens,
@@ -565,9 +583,12 @@ export class LocalEngine {
           if (!(await this.call((w) => w.chatStep()))) break;
           continue;
         }
-        const c = await this.call((w) => w.chatNext());
-        if (c == null) break;
-        emit(JSON.parse(c));
+        const cs = await this.call((w) => w.chatNext());
+        if (cs == null) break;
+        for (const c of JSON.parse(cs)) {
+          if (signal?.aborted) break;
+          emit(c);
+        }
       }
       return JSON.parse(await this.call((w) => w.chatUsage()));
     } finally {

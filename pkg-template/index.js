@@ -306,7 +306,7 @@ class WorkerBackend {
       const p = this.pending.get(m.id);
       if (!p) return;
       if (m.type === 'progress') p.onProgress?.(m.progress);
-      else if (m.type === 'chunk') p.onChunk?.(m.chunk);
+      else if (m.type === 'chunks') for (const c of m.chunks) p.onChunk?.(c);
       else {
         this.pending.delete(m.id);
         if (m.type === 'result') p.ok(m.value);

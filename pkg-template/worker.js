@@ -1,6 +1,6 @@
 // The module Worker behind `createEngine({worker: true})`: hosts the engine (core.js) and
 // answers index.js's messages. Protocol: requests {id, op, ...}; replies {id, type: 'result' |
-// 'error' | 'chunk' | 'progress'}; {op: 'cancel', target} aborts the generation `target`.
+// 'error' | 'chunks' | 'progress'}; {op: 'cancel', target} aborts the generation `target`.
 
 import { LocalEngine, onCrash } from './core.js';
 
@@ -19,12 +19,28 @@ function errorData(e) {
 onCrash((e) => postMessage({ type: 'crashed', error: errorData(e) }));
 
 // A call whose chunks go back as messages while it runs; {op: 'cancel', target: m.id} aborts it.
+// Chunks emitted together (a batch of tokens that came back at once) travel in one message,
+// posted before anything this call does next (its result comes after them).
 async function streamed(m, run) {
   const ac = new AbortController();
   running.set(m.id, ac);
+  let batch = null;
+  const flush = () => {
+    if (!batch) return;
+    postMessage({ id: m.id, type: 'chunks', chunks: batch });
+    batch = null;
+  };
+  const emit = (chunk) => {
+    if (!batch) {
+      batch = [];
+      queueMicrotask(flush);
+    }
+    batch.push(chunk);
+  };
   try {
-    return await run((chunk) => postMessage({ id: m.id, type: 'chunk', chunk }), ac.signal);
+    return await run(emit, ac.signal);
   } finally {
+    flush();
     running.delete(m.id);
   }
 }

@@ -115,6 +115,12 @@ impl Engine {
         sampling_defaults: SamplingDefaults,
         embedding: crate::embed::Pipeline,
     ) -> Engine {
+        if eos_ids.is_empty() && rt.cfg.causal && tokenizer.is_some() {
+            log::warn!(
+                "{source_name} names no end-of-sequence token in its vocabulary: generation stops only at \
+                 maxTokens, a stop string or stopIds"
+            );
+        }
         Engine {
             embedding: std::sync::Arc::new(embedding),
             rt,
@@ -509,6 +515,18 @@ impl Engine {
         };
         self.kv_tokens.push(id);
         g.accept(id, logprob).map(Some)
+    }
+
+    /// Whether `step(g)` would finish without waiting for the GPU: the generation has ended, its
+    /// first token's logits are at hand, or the oldest queued step's token has come back (in a
+    /// browser, after the engine's thread was busy for a while). A caller that hands tokens
+    /// across threads takes all such tokens in one go (`WasmEngine::next`), so a token costs
+    /// the page's JavaScript less than a round trip.
+    pub fn step_ready(&self, g: &Generation) -> bool {
+        g.stop_reason.is_some()
+            || g.tokens.len() >= g.max_tokens
+            || g.logits.is_some()
+            || (g.gpu && g.queue.front_answered())
     }
 
     /// Dispatches of one of this generation's decode steps (sampling on the GPU takes more than

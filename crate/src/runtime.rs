@@ -88,6 +88,11 @@ impl StepQueue {
         Ok(())
     }
 
+    /// The oldest queued step's token has come back: `pop` would not wait.
+    pub fn front_answered(&self) -> bool {
+        self.inflight.front().is_some_and(|(_, _, map)| map.is_answered())
+    }
+
     /// The token of the oldest queued step; `None` when none is queued.
     pub async fn pop(&mut self, rt: &Runtime) -> Result<Option<u32>> {
         match self.inflight.pop_front() {

@@ -101,3 +101,34 @@ fn malformed_tokenizer_json_is_an_error() {
     let t = load(&v).unwrap();
     assert_eq!(t.decode(&[2, 3]).unwrap(), "abc");
 }
+
+/// Every warning record of this test process (tests run on threads of one process).
+struct Capture(std::sync::Mutex<Vec<String>>);
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record) {
+        self.0.lock().unwrap().push(r.args().to_string());
+    }
+    fn flush(&self) {}
+}
+
+static CAPTURE: Capture = Capture(std::sync::Mutex::new(Vec::new()));
+
+#[test]
+fn special_tokens_outside_the_vocabulary_are_reported() {
+    log::set_logger(&CAPTURE).expect("the only logger of this test binary");
+    log::set_max_level(log::LevelFilter::Warn);
+    let config = json!({"bos_token": "a", "eos_token": {"content": "</nope>"}});
+    let t = Tokenizer::from_hf_json(&base().to_string(), Some(&config.to_string())).expect("still loads");
+    assert_eq!(t.bos_id(), Some(0));
+    assert_eq!(t.eos_id(), None);
+    assert!(t.eos_ids().is_empty());
+    let seen = CAPTURE.0.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|m| m.contains("eos_token \"</nope>\" is not a token")),
+        "no warning about the missing eos_token: {seen:?}"
+    );
+}

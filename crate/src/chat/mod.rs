@@ -477,6 +477,22 @@ impl ChatRun {
         }
     }
 
+    /// After `next_chunk`: the chunks that follow without waiting for the GPU (see
+    /// `Engine::step_ready`), appended to `out` until it holds `max`.
+    pub async fn ready_chunks(&mut self, engine: &mut Engine, out: &mut Vec<Value>, max: usize) -> Result<()> {
+        while out.len() < max {
+            if let Some(c) = self.queue.pop_front() {
+                out.push(c);
+                continue;
+            }
+            match &self.gen {
+                Some(g) if !self.done && engine.step_ready(g) => self.advance(engine).await?,
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
     /// Advance by one token (for a caller that checks for cancellation between tokens); false
     /// once the run is done (then `response` is complete).
     pub async fn step(&mut self, engine: &mut Engine) -> Result<bool> {

@@ -36,6 +36,14 @@ pub struct AdapterSummary {
 /// A map request from `Gpu::start_map`, answered by wgpu's callback.
 pub struct PendingMap(oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>);
 
+impl PendingMap {
+    /// wgpu has answered the request (in a browser: its promise has settled). Natively the
+    /// answer comes only from a `device.poll`, which `Gpu::finish_map` makes.
+    pub fn is_answered(&self) -> bool {
+        self.0.is_ready()
+    }
+}
+
 pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,

@@ -37,6 +37,14 @@ impl<T> Drop for Sender<T> {
     }
 }
 
+impl<T> Receiver<T> {
+    /// Whether awaiting now would not wait (a value was sent, or the sender is gone).
+    pub fn is_ready(&self) -> bool {
+        let s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        s.value.is_some() || s.sender_gone
+    }
+}
+
 impl<T> Future for Receiver<T> {
     /// `None` when the sender was dropped without sending.
     type Output = Option<T>;

@@ -119,7 +119,13 @@ impl Tokenizer {
         let special = |key: &str| -> Option<u32> {
             let v = config.get(key)?;
             let text = v.as_str().or_else(|| v.get("content")?.as_str())?;
-            hf.token_to_id(text)
+            let id = hf.token_to_id(text);
+            if id.is_none() {
+                log::warn!(
+                    "tokenizer_config.json: {key} {text:?} is not a token of tokenizer.json's vocabulary; ignored"
+                );
+            }
+            id
         };
         let bos = special("bos_token");
         let eos = special("eos_token");

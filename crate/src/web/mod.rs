@@ -16,6 +16,10 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+/// Most tokens (or chat chunks) one `next` / `chatNext` hands over: a page that fell far behind
+/// still gets its first tokens promptly and can cancel between batches.
+const READY_BATCH: usize = 64;
+
 fn js_err(e: Error) -> JsValue {
     let err = js_sys::Error::new(&e.to_string());
     err.set_name(e.kind());
@@ -310,7 +314,10 @@ impl WasmEngine {
         })
     }
 
-    /// The next token as JSON `{token, text, stop}`, or `null` when the generation has ended.
+    /// The next tokens as a JSON array of `{token, text, stop}`, or `null` when the generation
+    /// has ended: waits for one, then takes those that are ready without waiting (at most
+    /// `READY_BATCH`). When the page's JavaScript falls behind the GPU, a call then carries
+    /// several tokens instead of a round trip each.
     pub fn next(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
@@ -319,10 +326,17 @@ impl WasmEngine {
             let Some(g) = gen.as_mut() else {
                 return Err(js_err(Error::InvalidOption("next() before start()".into())));
             };
-            match engine.step(g).await.map_err(js_err)? {
-                Some(ev) => Ok(JsValue::from_str(&serde_json::to_string(&ev).unwrap_or_default())),
-                None => Ok(JsValue::NULL),
+            let mut events = Vec::new();
+            while let Some(ev) = engine.step(g).await.map_err(js_err)? {
+                events.push(ev);
+                if events.len() >= READY_BATCH || !engine.step_ready(g) {
+                    break;
+                }
             }
+            if events.is_empty() {
+                return Ok(JsValue::NULL);
+            }
+            Ok(JsValue::from_str(&serde_json::to_string(&events).unwrap_or_default()))
         })
     }
 
@@ -353,15 +367,18 @@ impl WasmEngine {
         Ok(stream)
     }
 
-    /// The next chunk of a streamed chat completion as JSON, or `null` at its end.
+    /// The next chunks of a streamed chat completion as a JSON array, or `null` at its end:
+    /// waits for one, then takes those ready without waiting (as `next`).
     #[wasm_bindgen(js_name = chatNext)]
     pub fn chat_next(&self) -> js_sys::Promise {
         self.with_chat("chatNext", |engine, run| {
             Box::pin(async move {
-                Ok(match run.next_chunk(engine).await.map_err(js_err)? {
-                    Some(c) => JsValue::from_str(&c.to_string()),
-                    None => JsValue::NULL,
-                })
+                let Some(first) = run.next_chunk(engine).await.map_err(js_err)? else {
+                    return Ok(JsValue::NULL);
+                };
+                let mut chunks = vec![first];
+                run.ready_chunks(engine, &mut chunks, READY_BATCH).await.map_err(js_err)?;
+                Ok(JsValue::from_str(&serde_json::Value::Array(chunks).to_string()))
             })
         })
     }
