@@ -169,3 +169,21 @@ fn embed_takes_token_ids_as_generate_does() {
     let o = ferrolm(&["embed", "--model", &m, "--text", "hi", "--ids", "1"], Stdio::null());
     assert_eq!(o.status.code(), Some(2), "texts or ids, not both");
 }
+
+#[test]
+fn inspect_json_gives_metadata_typed() {
+    let o = ferrolm(&["inspect", "--model", &model(), "--json"], Stdio::piped());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("inspect --json prints JSON");
+    let m = &j["metadata"];
+    assert_eq!(m["general.architecture"], "llama");
+    assert_eq!(m["llama.block_count"], 2);
+    assert_eq!(m["llama.rope.freq_base"], 500000.0);
+    assert_eq!(m["tokenizer.ggml.merges"], serde_json::json!(["Ġ Ġ"]));
+    // A 256-token vocabulary: its length, item type and first items.
+    let tokens = &m["tokenizer.ggml.tokens"];
+    assert_eq!(tokens["length"], 256);
+    assert_eq!(tokens["type"], "string");
+    assert_eq!(tokens["head"].as_array().map(Vec::len), Some(8));
+    assert_eq!(j["tensors"].as_array().map(|t| !t.is_empty()), Some(true));
+}

@@ -717,6 +717,29 @@ fn short(v: &Value) -> String {
     }
 }
 
+/// A metadata value as typed JSON: numbers, booleans and strings as themselves, arrays of up to
+/// 64 items whole, longer ones (a vocabulary) as their length, item type and first 8 items.
+/// JSON has no NaN or infinities: those floats become their names as strings.
+fn meta_json(v: &Value) -> serde_json::Value {
+    use serde_json::json;
+    let float =
+        |x: f64| serde_json::Number::from_f64(x).map_or_else(|| json!(x.to_string()), serde_json::Value::Number);
+    match v {
+        Value::String(s) => json!(s),
+        Value::Bool(b) => json!(b),
+        Value::F32(x) => float(*x as f64),
+        Value::F64(x) => float(*x),
+        Value::U64(x) => json!(x),
+        Value::Array(a) if a.len() > 64 => json!({
+            "length": a.len(),
+            "type": a.first().map_or("none", |x| x.type_name()),
+            "head": a.iter().take(8).map(meta_json).collect::<Vec<_>>(),
+        }),
+        Value::Array(a) => serde_json::Value::Array(a.iter().map(meta_json).collect()),
+        other => other.as_i64().map_or_else(|| json!(format!("{other:?}")), |i| json!(i)),
+    }
+}
+
 fn inspect(model: &str, json: bool) -> Result<()> {
     let path = std::path::Path::new(model);
     if path.is_dir() {
@@ -754,7 +777,7 @@ fn inspect(model: &str, json: bool) -> Result<()> {
     let cfg = ferrolm::model::ModelConfig::from_gguf(&g);
     if json {
         let meta: serde_json::Map<String, serde_json::Value> =
-            g.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(short(v)))).collect();
+            g.metadata.iter().map(|(k, v)| (k.clone(), meta_json(v))).collect();
         let tensors: Vec<_> = g
             .tensors
             .iter()
