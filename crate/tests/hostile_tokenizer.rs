@@ -53,6 +53,9 @@ fn malformed_tokenizer_json_is_an_error() {
     v["model"]["merges"] = json!(["a b"]);
     refused(v, "subword prefix");
     let mut v = base();
+    v["model"]["vocab"]["d"] = json!(1);
+    refused(v, "\"b\" and \"d\" both have id 1");
+    let mut v = base();
     v["model"]["vocab"]["huge"] = json!(1u64 << 40);
     refused(v, "huge");
     let mut v = base();

@@ -48,9 +48,15 @@ pub fn hf_json(root: &Value) -> Result<()> {
             if map.len() as u64 > bounds::VOCAB.1 {
                 return bad(format!("{} vocabulary entries; at most {}", map.len(), bounds::VOCAB.1));
             }
+            // Two texts under one id would make that id's text whichever the map yields last.
+            let mut owner: std::collections::HashMap<u64, &str> = std::collections::HashMap::new();
             for (t, i) in map {
                 token_text("tokenizer.json vocab", t)?;
-                id(&format!("vocab entry {t:?}"), i)?;
+                let i = id(&format!("vocab entry {t:?}"), i)?;
+                if let Some(first) = owner.insert(i, t) {
+                    let (a, b) = if first < t.as_str() { (first, t.as_str()) } else { (t.as_str(), first) };
+                    return bad(format!("vocab entries {a:?} and {b:?} both have id {i}"));
+                }
                 vocab.insert(t);
             }
         }
