@@ -513,8 +513,6 @@ export class LocalEngine {
       await this.call((w) => w.start(Uint32Array.from(ids), opts));
       let aborted = false;
       let index = 0;
-      let text = '';
-      const tokens = [];
       outer: for (;;) {
         if (signal?.aborted) {
           aborted = true;
@@ -531,21 +529,12 @@ export class LocalEngine {
           }
           const chunk = { index: index++, token: t.token, text: t.text, stop: !!t.stop };
           if (t.logprob) chunk.logprob = t.logprob;
-          text += t.text;
-          if (t.token != null) tokens.push(t.token);
           emit(chunk);
         }
       }
       if (aborted) await this.call((w) => w.cancel());
       const r = JSON.parse(await this.call((w) => w.result()));
       const reason = aborted ? 'abort' : r.stats.stop_reason;
-      // An aborted generation's result holds what was handed out: a batch's tokens after the
-      // abort were made but not delivered.
-      if (aborted && r.tokens.length > tokens.length) {
-        r.text = text;
-        r.tokens = tokens;
-        r.logprobs = r.logprobs?.slice(0, tokens.length);
-      }
       return {
         text: r.text,
         tokens: r.tokens,

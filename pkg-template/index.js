@@ -19,13 +19,16 @@ function rebuildError(d) {
 /**
  * An async iterable of chunks with a `result` promise, driving `run(emit, signal)`.
  * Breaking out of `for await` stops the generation (result.finishReason = 'abort'); the caller's
- * `signal` makes the iteration (and `result`) reject with its reason.
+ * `signal` makes the iteration (and `result`) reject with its reason, chunks already queued
+ * included. After a `break`, `trim(result, handed)` makes the result agree with the chunks the
+ * loop took (chunks arrive in batches, so more may have been made).
  */
-function stream(run, userSignal) {
+function stream(run, userSignal, trim = (r) => r) {
   const ac = new AbortController();
   const onAbort = () => ac.abort();
   userSignal?.addEventListener('abort', onAbort, { once: true });
   const queue = [];
+  const handed = []; // the chunks the consumer took
   let wake = null;
   let ended = false;
   let closed = false; // return() was called (a `break`): nothing more is handed out
@@ -37,7 +40,7 @@ function stream(run, userSignal) {
   }, ac.signal).then(
     (r) => {
       if (userSignal?.aborted) throw abortReason(userSignal);
-      return r;
+      return closed ? trim(r, handed) : r;
     },
   ).finally(() => {
     ended = true;
@@ -51,13 +54,17 @@ function stream(run, userSignal) {
     async next() {
       for (;;) {
         if (closed) return { value: undefined, done: true };
-        if (queue.length) return { value: queue.shift(), done: false };
+        if (userSignal?.aborted) throw abortReason(userSignal);
+        if (queue.length) {
+          const value = queue.shift();
+          handed.push(value);
+          return { value, done: false };
+        }
         if (ended) {
           await result.catch(() => {});
           if (failure) throw failure;
           return { value: undefined, done: true };
         }
-        if (userSignal?.aborted) throw abortReason(userSignal);
         await new Promise((ok) => { wake = ok; });
         wake = null;
       }
@@ -72,6 +79,19 @@ function stream(run, userSignal) {
     [Symbol.asyncIterator]() { return this; },
   };
   return it;
+}
+
+// An aborted generation's result as far as its loop took chunks: their tokens and text.
+function trimToHanded(r, handed) {
+  const tokens = [];
+  let text = '';
+  for (const c of handed) {
+    if (c.token != null) tokens.push(c.token);
+    text += c.text;
+  }
+  if (r.finishReason !== 'abort' || r.tokens.length <= tokens.length) return r;
+  const usage = { ...r.usage, completion_tokens: tokens.length, total_tokens: r.usage.prompt_tokens + tokens.length };
+  return { ...r, text, tokens, usage, logprobs: r.logprobs?.slice(0, tokens.length) };
 }
 
 let seq = 0;
@@ -231,7 +251,7 @@ class Engine extends EventTarget {
       checkInput(input);
       checkData('generate', rest);
       return this._b.run(input, rest, emit, s);
-    }, signal);
+    }, signal, trimToHanded);
   }
 
   /**
@@ -307,6 +327,7 @@ class WorkerBackend {
       if (!p) return;
       if (m.type === 'progress') p.onProgress?.(m.progress);
       else if (m.type === 'chunks') for (const c of m.chunks) p.onChunk?.(c);
+      else if (m.type === 'chunk') p.onChunk?.(m.chunk); // a worker.js of an earlier version
       else {
         this.pending.delete(m.id);
         if (m.type === 'result') p.ok(m.value);

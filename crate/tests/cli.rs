@@ -179,6 +179,7 @@ fn inspect_json_gives_metadata_typed() {
     assert_eq!(m["general.architecture"], "llama");
     assert_eq!(m["llama.block_count"], 2);
     assert_eq!(m["llama.rope.freq_base"], 500000.0);
+    assert_eq!(m["llama.attention.layer_norm_rms_epsilon"], 1e-6);
     assert_eq!(m["tokenizer.ggml.merges"], serde_json::json!(["Ġ Ġ"]));
     // A 256-token vocabulary: its length, item type and first items.
     let tokens = &m["tokenizer.ggml.tokens"];

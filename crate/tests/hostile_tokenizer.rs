@@ -122,7 +122,9 @@ static CAPTURE: Capture = Capture(std::sync::Mutex::new(Vec::new()));
 
 #[test]
 fn special_tokens_outside_the_vocabulary_are_reported() {
-    log::set_logger(&CAPTURE).expect("the only logger of this test binary");
+    // The only logger of this test binary (a second one would leave the capture empty, and the
+    // assertion below says so).
+    let _ = log::set_logger(&CAPTURE);
     log::set_max_level(log::LevelFilter::Warn);
     let config = json!({"bos_token": "a", "eos_token": {"content": "</nope>"}});
     let t = Tokenizer::from_hf_json(&base().to_string(), Some(&config.to_string())).expect("still loads");

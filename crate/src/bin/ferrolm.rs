@@ -727,7 +727,8 @@ fn meta_json(v: &Value) -> serde_json::Value {
     match v {
         Value::String(s) => json!(s),
         Value::Bool(b) => json!(b),
-        Value::F32(x) => float(*x as f64),
+        // Through its shortest decimal form: `as f64` would print 1e-5 as 9.999999747378752e-6.
+        Value::F32(x) => float(x.to_string().parse().unwrap_or(*x as f64)),
         Value::F64(x) => float(*x),
         Value::U64(x) => json!(x),
         Value::Array(a) if a.len() > 64 => json!({

@@ -16,8 +16,9 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-/// Most tokens (or chat chunks) one `next` / `chatNext` hands over: a page that fell far behind
-/// still gets its first tokens promptly and can cancel between batches.
+/// Most tokens (or chat chunks) one `next` / `chatNext` hands over. A batch holds at most the
+/// steps in flight (`engine::PIPELINE_DEPTH`) and what a step's text splits into; this only
+/// bounds a call.
 const READY_BATCH: usize = 64;
 
 fn js_err(e: Error) -> JsValue {
@@ -101,6 +102,8 @@ struct State {
     engine: Engine,
     gen: Option<Generation>,
     chat: Option<crate::chat::ChatRun>,
+    /// An error `next` met after a batch's first tokens: the next call reports it.
+    deferred: Option<Error>,
 }
 
 #[wasm_bindgen]
@@ -145,7 +148,7 @@ pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsV
     }
     let mut progress = progress_fn(on_progress);
     let engine = Engine::load(&src, &opts, &mut progress).await.map_err(js_err)?;
-    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None, deferred: None })) })
 }
 
 /// The files inside module folders that a sentence-transformers `modules.json` needs (paths
@@ -232,7 +235,7 @@ pub async fn load_hf_engine(
     };
     let mut progress = progress_fn(on_progress);
     let engine = Engine::load_hf(&files_rs, open, name, &opts, &mut progress).await.map_err(js_err)?;
-    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None, deferred: None })) })
 }
 
 /// A step of the current chat completion, borrowing the engine and the run.
@@ -308,6 +311,7 @@ impl WasmEngine {
         wasm_bindgen_futures::future_to_promise(async move {
             let opts = GenerateOptions::from_json(&options_json, random_seed).map_err(js_err)?;
             let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
+            s.deferred = None;
             let g = s.engine.start(&prompt_ids, &opts).await.map_err(js_err)?;
             s.gen = Some(g);
             Ok(JsValue::UNDEFINED)
@@ -322,13 +326,25 @@ impl WasmEngine {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
-            let State { engine, gen, .. } = &mut *guard;
+            let State { engine, gen, deferred, .. } = &mut *guard;
             let Some(g) = gen.as_mut() else {
                 return Err(js_err(Error::InvalidOption("next() before start()".into())));
             };
+            if let Some(e) = deferred.take() {
+                return Err(js_err(e));
+            }
             let mut events = Vec::new();
-            while let Some(ev) = engine.step(g).await.map_err(js_err)? {
-                events.push(ev);
+            loop {
+                match engine.step(g).await {
+                    Ok(Some(ev)) => events.push(ev),
+                    Ok(None) => break,
+                    Err(e) if events.is_empty() => return Err(js_err(e)),
+                    // The tokens before it were accepted: hand them out, then the error.
+                    Err(e) => {
+                        *deferred = Some(e);
+                        break;
+                    }
+                }
                 if events.len() >= READY_BATCH || !engine.step_ready(g) {
                     break;
                 }
@@ -343,7 +359,7 @@ impl WasmEngine {
     /// End the current generation (or chat completion) early.
     pub fn cancel(&self) -> Result<(), JsValue> {
         let mut guard = self.inner.try_borrow_mut().map_err(|_| busy())?;
-        let State { engine, gen, chat } = &mut *guard;
+        let State { engine, gen, chat, .. } = &mut *guard;
         if let Some(g) = gen.as_mut() {
             engine.cancel(g);
         }
@@ -377,7 +393,7 @@ impl WasmEngine {
                     return Ok(JsValue::NULL);
                 };
                 let mut chunks = vec![first];
-                run.ready_chunks(engine, &mut chunks, READY_BATCH).await.map_err(js_err)?;
+                run.ready_chunks(engine, &mut chunks, READY_BATCH).await;
                 Ok(JsValue::from_str(&serde_json::Value::Array(chunks).to_string()))
             })
         })
