@@ -513,7 +513,7 @@ export class LocalEngine {
       await this.call((w) => w.start(Uint32Array.from(ids), opts));
       let aborted = false;
       let index = 0;
-      outer: for (;;) {
+      for (;;) {
         if (signal?.aborted) {
           aborted = true;
           break;
@@ -522,11 +522,9 @@ export class LocalEngine {
         // behind the GPU).
         const evs = await this.call((w) => w.next());
         if (evs == null) break;
+        // After an abort, index.js hands out none of a batch's later chunks and trims the result
+        // to the ones it did.
         for (const t of JSON.parse(evs)) {
-          if (signal?.aborted) {
-            aborted = true;
-            break outer;
-          }
           const chunk = { index: index++, token: t.token, text: t.text, stop: !!t.stop };
           if (t.logprob) chunk.logprob = t.logprob;
           emit(chunk);
@@ -574,10 +572,7 @@ export class LocalEngine {
         }
         const cs = await this.call((w) => w.chatNext());
         if (cs == null) break;
-        for (const c of JSON.parse(cs)) {
-          if (signal?.aborted) break;
-          emit(c);
-        }
+        for (const c of JSON.parse(cs)) emit(c);
       }
       return JSON.parse(await this.call((w) => w.chatUsage()));
     } finally {

@@ -404,6 +404,7 @@ impl Engine {
             logprobs: Vec::new(),
             constraint,
             stop_reason: None,
+            deferred: None,
             prefill_ms,
             start_ms: t0,
             first_token_ms: 0.0,
@@ -448,6 +449,9 @@ impl Engine {
     /// Produce the next token, or `None` once generation has ended (see `Generation::stop_reason`).
     /// A stop token ends generation; it is recorded in `tokens` but adds no text.
     pub async fn step(&mut self, g: &mut Generation) -> Result<Option<TokenEvent>> {
+        if let Some(e) = g.deferred.take() {
+            return Err(e);
+        }
         if g.stop_reason.is_some() {
             return Ok(None);
         }
@@ -523,7 +527,8 @@ impl Engine {
     /// across threads takes all such tokens in one go (`WasmEngine::next`), so a token costs
     /// the page's JavaScript less than a round trip.
     pub fn step_ready(&self, g: &Generation) -> bool {
-        g.stop_reason.is_some()
+        g.deferred.is_some()
+            || g.stop_reason.is_some()
             || g.tokens.len() >= g.max_tokens
             || g.logits.is_some()
             || (g.gpu && g.queue.front_answered())
@@ -588,6 +593,9 @@ pub struct Generation {
     logprobs: Vec<TokenLogprob>,
     constraint: Option<Constraint>,
     pub stop_reason: Option<StopReason>,
+    /// An error a caller met after tokens it had not handed out yet (`defer`): the next `step`
+    /// reports it.
+    deferred: Option<Error>,
     prefill_ms: f64,
     /// When `start` began (before the prefill).
     start_ms: f64,
@@ -604,6 +612,12 @@ impl Generation {
         self.stop_reason = Some(why);
         let text = self.out.flush();
         (!text.is_empty()).then_some(TokenEvent { token: None, text, stop: false, logprob: None })
+    }
+
+    /// Keep `e` for the next `step`: a caller that takes tokens in batches hands out the ones
+    /// before the error first.
+    pub fn defer(&mut self, e: Error) {
+        self.deferred = Some(e);
     }
 
     /// The generated text so far (cut before a stop string).

@@ -409,8 +409,6 @@ pub struct ChatRun {
     cached_tokens: usize,
     completion_tokens: usize,
     stats: Option<Value>,
-    /// An error met by `ready_chunks` after it had chunks to hand out: the next call reports it.
-    deferred: Option<crate::error::Error>,
 }
 
 impl ChatRun {
@@ -442,7 +440,6 @@ impl ChatRun {
             cached_tokens: 0,
             completion_tokens: 0,
             stats: None,
-            deferred: None,
         })
     }
 
@@ -465,9 +462,6 @@ impl ChatRun {
 
     /// The next stream chunk (OpenAI's `chat.completion.chunk`), or `None` at the end.
     pub async fn next_chunk(&mut self, engine: &mut Engine) -> Result<Option<Value>> {
-        if let Some(e) = self.deferred.take() {
-            return Err(e);
-        }
         if !self.role_sent {
             self.role_sent = true;
             return Ok(Some(self.chunk(json!({ "role": "assistant", "content": "" }), None, None)));
@@ -484,8 +478,8 @@ impl ChatRun {
     }
 
     /// After `next_chunk`: the chunks that follow without waiting for the GPU (see
-    /// `Engine::step_ready`), appended to `out` until it holds `max`. An error on the way is
-    /// kept for the next `next_chunk`, after the chunks made before it.
+    /// `Engine::step_ready`), appended to `out` until it holds `max`. An error on the way waits
+    /// in the generation (`Generation::defer`) for the next `next_chunk`.
     pub async fn ready_chunks(&mut self, engine: &mut Engine, out: &mut Vec<Value>, max: usize) {
         while out.len() < max {
             if let Some(c) = self.queue.pop_front() {
@@ -495,7 +489,9 @@ impl ChatRun {
             match &self.gen {
                 Some(g) if !self.done && engine.step_ready(g) => {
                     if let Err(e) = self.advance(engine).await {
-                        self.deferred = Some(e);
+                        if let Some(g) = self.gen.as_mut() {
+                            g.defer(e);
+                        }
                         break;
                     }
                 }

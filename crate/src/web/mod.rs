@@ -102,8 +102,6 @@ struct State {
     engine: Engine,
     gen: Option<Generation>,
     chat: Option<crate::chat::ChatRun>,
-    /// An error `next` met after a batch's first tokens: the next call reports it.
-    deferred: Option<Error>,
 }
 
 #[wasm_bindgen]
@@ -148,7 +146,7 @@ pub async fn load_engine(source: JsValue, options_json: String, on_progress: JsV
     }
     let mut progress = progress_fn(on_progress);
     let engine = Engine::load(&src, &opts, &mut progress).await.map_err(js_err)?;
-    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None, deferred: None })) })
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
 }
 
 /// The files inside module folders that a sentence-transformers `modules.json` needs (paths
@@ -235,7 +233,7 @@ pub async fn load_hf_engine(
     };
     let mut progress = progress_fn(on_progress);
     let engine = Engine::load_hf(&files_rs, open, name, &opts, &mut progress).await.map_err(js_err)?;
-    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None, deferred: None })) })
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(State { engine, gen: None, chat: None })) })
 }
 
 /// A step of the current chat completion, borrowing the engine and the run.
@@ -311,7 +309,6 @@ impl WasmEngine {
         wasm_bindgen_futures::future_to_promise(async move {
             let opts = GenerateOptions::from_json(&options_json, random_seed).map_err(js_err)?;
             let mut s = inner.try_borrow_mut().map_err(|_| busy())?;
-            s.deferred = None;
             let g = s.engine.start(&prompt_ids, &opts).await.map_err(js_err)?;
             s.gen = Some(g);
             Ok(JsValue::UNDEFINED)
@@ -326,13 +323,10 @@ impl WasmEngine {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
-            let State { engine, gen, deferred, .. } = &mut *guard;
+            let State { engine, gen, .. } = &mut *guard;
             let Some(g) = gen.as_mut() else {
                 return Err(js_err(Error::InvalidOption("next() before start()".into())));
             };
-            if let Some(e) = deferred.take() {
-                return Err(js_err(e));
-            }
             let mut events = Vec::new();
             loop {
                 match engine.step(g).await {
@@ -341,7 +335,7 @@ impl WasmEngine {
                     Err(e) if events.is_empty() => return Err(js_err(e)),
                     // The tokens before it were accepted: hand them out, then the error.
                     Err(e) => {
-                        *deferred = Some(e);
+                        g.defer(e);
                         break;
                     }
                 }
@@ -359,7 +353,7 @@ impl WasmEngine {
     /// End the current generation (or chat completion) early.
     pub fn cancel(&self) -> Result<(), JsValue> {
         let mut guard = self.inner.try_borrow_mut().map_err(|_| busy())?;
-        let State { engine, gen, chat, .. } = &mut *guard;
+        let State { engine, gen, chat } = &mut *guard;
         if let Some(g) = gen.as_mut() {
             engine.cancel(g);
         }
