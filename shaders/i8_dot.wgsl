@@ -1,6 +1,6 @@
 // matmul_i8.wgsl's block products with packed 4x8-bit dot products: what i8_smx.wgsl computes on
-// subgroup matrices (254 (c . w) + f . w), element by element, in the same layout of `scratch` (product p = 2 mi + ni,
-// row-major 16x16). Adapters without the matrices run the kernel this way in the kernel tests,
+// subgroup matrices (254 (c . w) + f . w), element by element, in the same layout of `scratch`
+// (product p = 2 mi + ni, 16 rows of TS words). Adapters without the matrices run the kernel this way in the kernel tests,
 // so everything around the three matrix operations is checked everywhere.
 fn products(sg: u32, lane: u32, sm: u32, sn: u32, j: u32) {
     for (var p = 0u; p < 4u; p++) {
@@ -15,7 +15,7 @@ fn products(sg: u32, lane: u32, sm: u32, sn: u32, j: u32) {
                 c += dot4I8Packed(bitcast<u32>(a_sh[m * RSA + j * 16u + w]), q);
                 f += dot4I8Packed(bitcast<u32>(a_sh[m * RSA + j * 16u + 8u + w]), q);
             }
-            scratch[(sg * 4u + p) * TILE + e] = 254 * c + f;
+            scratch[(sg * 4u + p) * TILE + (e / 16u) * TS + e % 16u] = 254 * c + f;
         }
     }
 }

@@ -5,8 +5,8 @@ diagnostic(off, chromium.subgroup_matrix_uniformity);
 // does not know the extension; i8_dot.wgsl is the same products for the kernel tests). The
 // subgroup's 32 tokens x 32 rows of block j: two 16x32 matrices of A (row-major, K along the
 // row), coarse and fine planes each, times two 32x16 of W (column-major: a weight row is a
-// column); each product 254 (c . w) + f . w stored row-major to its 16x16 of `scratch`. Offsets and strides count the arrays' i32 words (four
-// bytes each). The offsets vary by subgroup, which the extension's uniformity check rejects
+// column); each product 254 (c . w) + f . w stored row-major to its 16 rows of TS words in
+// `scratch`. Offsets and strides count the arrays' i32 words (four bytes each). The offsets vary by subgroup, which the extension's uniformity check rejects
 // although every invocation of a subgroup agrees on them: hence the diagnostic.
 fn products(sg_in: u32, lane: u32, sm_in: u32, sn_in: u32, j_in: u32) {
     // Ranges stated for the browser's bounds checks of the matrix loads and stores (see put_a).
@@ -23,10 +23,10 @@ fn products(sg_in: u32, lane: u32, sm_in: u32, sn_in: u32, j_in: u32) {
     let r1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&w_sh, (sn + 16u) * RS + j * 8u, RS);
     let z = subgroup_matrix_result<i32, 16, 16>();
     let o = sg * 4u * TILE;
-    subgroupMatrixStore<row_major>(&scratch, o, both(c0, f0, r0, z), 16u);
-    subgroupMatrixStore<row_major>(&scratch, o + TILE, both(c0, f0, r1, z), 16u);
-    subgroupMatrixStore<row_major>(&scratch, o + 2u * TILE, both(c1, f1, r0, z), 16u);
-    subgroupMatrixStore<row_major>(&scratch, o + 3u * TILE, both(c1, f1, r1, z), 16u);
+    subgroupMatrixStore<row_major>(&scratch, o, both(c0, f0, r0, z), TS);
+    subgroupMatrixStore<row_major>(&scratch, o + TILE, both(c0, f0, r1, z), TS);
+    subgroupMatrixStore<row_major>(&scratch, o + 2u * TILE, both(c1, f1, r0, z), TS);
+    subgroupMatrixStore<row_major>(&scratch, o + 3u * TILE, both(c1, f1, r1, z), TS);
 }
 
 // 254 (c . w) + f . w

@@ -10,11 +10,16 @@
 // decode matvecs with integer dot products compute it.
 // 64x64 output tiles, 128 invocations: four 32-wide subgroups each own a 32 (tokens) x 32 (rows)
 // quarter as 2 x 2 products of 16x16 matrices. A K step is two blocks; both operands pass
-// through workgroup memory as bytes (the Q4 nibbles spread to bytes on the way), 32 KiB in all. A block's
+// through workgroup memory as bytes (the Q4 nibbles spread to bytes on the way). A block's
 // products are integers under that block's scales, so each one leaves the matrices through
 // workgroup memory (`scratch`) and every invocation scales its share into f32 accumulators.
 // `products` (i8_smx.wgsl on subgroup matrices, i8_dot.wgsl with packed dot products, which the
 // kernel tests run where no matrices exist) writes the block's products to `scratch`.
+// A product's 16 rows lie TS words apart in `scratch`, and the two halves of a subgroup read
+// rows PAIR apart (TS * PAIR = 16 banks mod 32): both come from the pipeline (TS 24 where the
+// adapter gives 40 KiB of workgroup memory; the matrices store a result two words a lane, and
+// at 16 words four of a subgroup's rows share banks: Chromium on an H200, the 1B shape's
+// gate+up 10.84 -> 9.70 ms; else 16, 32 KiB in all). TILE = 16 TS.
 // Bindings: 0 W words, 1 W block meta (layout.wgsl), 2 A's bytes (per block 8 words of c, 8 of
 // f), 3 C, 4 vecs (biases), 5 step, 6 A's per-block (d_a, sum).
 // Dispatch: Tiles(N): (ceil(N / 64), ceil(tokens / 64)).
@@ -24,13 +29,12 @@ override K: u32;   // a multiple of 64 (two blocks a step)
 const KB: u32 = 2u;      // blocks a K step
 const RS: u32 = 20u;     // staged W row stride in words: KB * 8 and 16 bytes of padding
 const RSA: u32 = 36u;    // staged A row stride: KB * (8 words of c, 8 of f) and the padding
-const TILE: u32 = 256u;  // one 16x16 product
 
 var<workgroup> a_sh: array<i32, 2304>;         // [64 tokens][RSA]
 var<workgroup> w_sh: array<i32, 1280>;         // [64 rows][RS]
 var<workgroup> as_sh: array<vec2<f32>, 128>;   // [64 tokens][KB] (d_a, sum)
 var<workgroup> ws_sh: array<vec2<f32>, 128>;   // [64 rows][KB] (scale, offset)
-var<workgroup> scratch: array<i32, 4096>;      // [4 subgroups][4 products][16][16]
+var<workgroup> scratch: array<i32, 16u * TILE>;  // [4 subgroups][4 products][16][TS]
 
 @group(0) @binding(0) var<storage, read> w_vec: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> a_q: array<vec4<u32>>;
@@ -153,9 +157,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let n = sn + (p % 2u) * 16u + lane % 16u;
                 let ws = ws_sh[n * KB + j];
                 for (var i = 0u; i < 8u; i++) {
-                    let m = sm + (p / 2u) * 16u + lane / 16u + 2u * i;
+                    // The two half-subgroups read rows PAIR apart: TS * PAIR words, 16 banks.
+                    let r = i % PAIR + 2u * PAIR * (i / PAIR) + PAIR * (lane / 16u);
+                    let m = sm + (p / 2u) * 16u + r;
                     let a = as_sh[m * KB + j];
-                    let v = f32(scratch[(sg * 4u + p) * TILE + lane + 32u * i]);
+                    let v = f32(scratch[(sg * 4u + p) * TILE + r * TS + lane % 16u]);
                     acc[p * 8u + i] += ws.x * (a.x * v) + ws.y * a.y;
                 }
             }
@@ -170,7 +176,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let base = sg * 4u * TILE;
     for (var p = 0u; p < 4u; p++) {
         for (var i = 0u; i < 8u; i++) {
-            let row = (p / 2u) * 16u + lane / 16u + 2u * i;
+            let row = (p / 2u) * 16u + i % PAIR + 2u * PAIR * (i / PAIR) + PAIR * (lane / 16u);
             let col = (p % 2u) * 16u + lane % 16u;
             scratch[base + row * 32u + col] = bitcast<i32>(acc[p * 8u + i]);
         }

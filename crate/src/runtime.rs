@@ -171,6 +171,11 @@ fn build(
     Ok((max_batch, bufs, decode, prefill))
 }
 
+/// Dispatches a prefill submit holds (`Runtime::submit_timed`). H200, pp512, one submit -> parts
+/// of 48 (browser, Chromium's page) or 32-64 (native): SmolLM2-135M 57.3k -> 63.7-66.1k and
+/// 81.6k -> 89.1-90.6k tok/s, Llama-3.2-1B +3%, Phi-3-mini +2% (BENCHMARKS.md session 23).
+const PREFILL_PART: usize = 48;
+
 impl Runtime {
     /// Size the context, build activations and both programs for loaded weights.
     pub(crate) fn new(
@@ -286,6 +291,22 @@ impl Runtime {
         let n = ids.map_or(1, |i| i.len()) as u32;
         let gpu = &self.gpu;
         let mut enc = self.begin_step(ids, n, slot);
+        let (program, pos) = (self.program(n, pick), self.pos as u32);
+        // A prefill step goes to the GPU in parts, each submitted as soon as it is recorded, so
+        // that the GPU works while the rest is recorded (and, in browsers, checked and
+        // translated by the GPU process) instead of after all of it. Decode steps overlap that
+        // work with the steps in flight; timed steps stay whole.
+        let mut first = 0;
+        if timer.is_none() && n > 1 {
+            let live = program.dispatches(n as usize, pos as usize, pick);
+            while live - first > PREFILL_PART {
+                let mut e = gpu.device.create_command_encoder(&Default::default());
+                let range = first..first + PREFILL_PART;
+                program.record_range(&mut e.begin_compute_pass(&Default::default()), n, pos, pick, range);
+                gpu.queue.submit([e.finish()]);
+                first += PREFILL_PART;
+            }
+        }
         {
             let timestamp_writes = timer.map(|t| wgpu::ComputePassTimestampWrites {
                 query_set: &t.queries,
@@ -293,7 +314,7 @@ impl Runtime {
                 end_of_pass_write_index: Some(1),
             });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
-            self.program(n, pick).record(&mut pass, n, self.pos as u32, pick);
+            program.record_range(&mut pass, n, pos, pick, first..usize::MAX);
         }
         if let Some(t) = timer {
             t.resolve(&mut enc);

@@ -262,7 +262,8 @@ impl Gpu {
             timestamps: wanted.contains(wgpu::Features::TIMESTAMP_QUERY),
             timestamps_in_passes: wanted.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         };
-        let pipelines = Pipelines::new(sg32, idot, fused_attention, matrix_units, i8_prefill);
+        let scratch_row = crate::ops::matmul::i8_scratch_row(limits.max_compute_workgroup_storage_size as usize);
+        let pipelines = Pipelines::new(sg32, idot, fused_attention, matrix_units, i8_prefill, scratch_row);
         Ok(Gpu { device, queue, summary, limits, pipelines, error, lost, id })
     }
 
@@ -291,7 +292,14 @@ impl Gpu {
             queue: self.queue.clone(),
             summary: self.summary.clone(),
             limits: self.limits.clone(),
-            pipelines: Pipelines::new(p.subgroups, p.idot, p.fused_attention, p.matrix_units, p.i8_prefill),
+            pipelines: Pipelines::new(
+                p.subgroups,
+                p.idot,
+                p.fused_attention,
+                p.matrix_units,
+                p.i8_prefill,
+                p.i8_scratch_row,
+            ),
             error: self.error.clone(),
             lost: self.lost.clone(),
             id: self.id,

@@ -280,19 +280,29 @@ pub struct Pipelines {
     /// Prefill matmuls of quantized weights take 8-bit activations (matmul_i8.wgsl): on subgroup
     /// matrices in browsers (i8_smx.wgsl), with packed dot products natively (i8_dot.wgsl).
     pub i8_prefill: bool,
+    /// matmul_i8.wgsl's product rows in workgroup memory (`ops::matmul::i8_scratch_row`).
+    pub i8_scratch_row: u32,
     layouts: RefCell<HashMap<Kernel, (Rc<wgpu::BindGroupLayout>, wgpu::PipelineLayout)>>,
     modules: RefCell<HashMap<Kernel, wgpu::ShaderModule>>,
     cache: RefCell<HashMap<String, Rc<Pipeline>>>,
 }
 
 impl Pipelines {
-    pub fn new(subgroups: bool, idot: bool, fused_attention: bool, matrix_units: bool, i8_prefill: bool) -> Self {
+    pub fn new(
+        subgroups: bool,
+        idot: bool,
+        fused_attention: bool,
+        matrix_units: bool,
+        i8_prefill: bool,
+        i8_scratch_row: u32,
+    ) -> Self {
         Pipelines {
             subgroups,
             idot,
             fused_attention,
             matrix_units,
             i8_prefill,
+            i8_scratch_row,
             layouts: Default::default(),
             modules: Default::default(),
             cache: Default::default(),
@@ -354,6 +364,13 @@ impl Pipelines {
         if k == Kernel::MatMulI8 {
             let smx = self.i8_prefill && cfg!(target_arch = "wasm32");
             code.push_str(&if smx { I8_SMX } else { I8_DOT }.text());
+            let ts = self.i8_scratch_row;
+            // Half-subgroups read rows PAIR apart: PAIR * TS = 16 (mod 32) words, other banks.
+            let pair = if ts % 32 == 16 { 1 } else { 2 };
+            code.push_str(&format!(
+                "const TS: u32 = {ts}u;\nconst PAIR: u32 = {pair}u;\nconst TILE: u32 = {}u;\n",
+                16 * ts
+            ));
         }
         if src.reduce {
             // Browsers want the directive; naga natively rejects it (reduce_sg.wgsl).

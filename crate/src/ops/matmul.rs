@@ -79,9 +79,22 @@ pub fn a8_bytes(width: usize, max_tokens: usize) -> (u64, u64) {
     ((2 * max_tokens * width) as u64, (max_tokens * width.div_ceil(32) * 8) as u64)
 }
 
-/// Workgroup memory of matmul_i8.wgsl: the staged A (two planes) and W, their blocks' pairs and
-/// the products of one block.
-pub const I8_WORKGROUP_STORAGE: usize = 32 * 1024;
+/// Workgroup memory of matmul_i8.wgsl: the staged A (two planes) and W, their blocks' pairs
+/// (16 KiB) and the products of one block, 16 rows of `i8_scratch_row` words each.
+pub fn i8_workgroup_storage(scratch_row: u32) -> usize {
+    16 * 1024 + 4 * 4 * 16 * 4 * scratch_row as usize
+}
+
+/// The row stride (i32 words) of matmul_i8.wgsl's block products in workgroup memory: 24 where
+/// the kernel fits with it (rows four apart no longer share banks when the matrices store two
+/// words a lane), else 16. `i8_workgroup_storage` of 16 is the least the kernel takes.
+pub fn i8_scratch_row(workgroup_storage: usize) -> u32 {
+    if workgroup_storage >= i8_workgroup_storage(24) {
+        24
+    } else {
+        16
+    }
+}
 
 /// The form a prefill matmul's producer (rmsnorm.wgsl, ffn_act.wgsl) also writes its output in
 /// for the matmul's kernel, which then needs no conversion pass: f16 for matrix units, the two
@@ -169,7 +182,7 @@ pub fn i8_fits(w: &GpuMatrix) -> bool {
 /// The kernel for `w`: matrix units where offered and rows are whole 32-element blocks; the
 /// wide tile where rows are also whole 64-element steps.
 pub fn tile_for(r: &Recorder, w: &GpuMatrix) -> Tile {
-    if r.caps.i8_prefill && i8_fits(w) && r.caps.workgroup_storage >= I8_WORKGROUP_STORAGE {
+    if r.caps.i8_prefill && i8_fits(w) && r.caps.workgroup_storage >= i8_workgroup_storage(16) {
         Tile::I8
     } else if !r.caps.matrix_units || !w.cols.is_multiple_of(32) {
         Tile::F32
@@ -214,7 +227,7 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
         Tile::I8 => (Kernel::MatMulI8, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a8),
     };
     if tile == Tile::I8 {
-        r.workgroup_bytes(I8_WORKGROUP_STORAGE);
+        r.workgroup_bytes(i8_workgroup_storage(i8_scratch_row(r.caps.workgroup_storage)));
         if !m.a_ready {
             quant_rows(r, w.cols, m.a, m.a8, m.a8s);
         }

@@ -203,6 +203,20 @@ impl Program {
         }
     }
 
+    /// Record dispatches `range` of those the step runs (`record` in parts).
+    pub fn record_range(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        n_tokens: u32,
+        pos: u32,
+        pick: Pick,
+        range: std::ops::Range<usize>,
+    ) {
+        for op in self.live(n_tokens, pos, pick).skip(range.start).take(range.len()) {
+            op.dispatch(pass, n_tokens, pos);
+        }
+    }
+
     /// Record with a timestamp before the first dispatch and after each one (profiling);
     /// returns each dispatch's label.
     pub fn record_profiled(
