@@ -211,7 +211,9 @@ impl ChatTemplate {
         let rendered = tmpl.render_captured_to(ctx, &mut out);
         minijinja::set_interrupt_check(None);
         if minijinja::value::take_render_overflow() {
-            return Err(Error::Template("the template printed a value larger than its memory limit".into()));
+            return Err(Error::Template(
+                "the template printed a value larger than its memory limit or nested over 64 deep".into(),
+            ));
         }
         match rendered {
             Ok(_) => {}

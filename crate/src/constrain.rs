@@ -49,8 +49,14 @@ impl ConstraintSpec {
             ConstraintSpec::JsonObject => {
                 TopLevelGrammar::from_json_schema(compact(serde_json::json!({ "type": "object" })))
             }
-            ConstraintSpec::JsonSchema(s) => TopLevelGrammar::from_json_schema(compact(s.clone())),
-            ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            ConstraintSpec::JsonSchema(s) => {
+                number_bounds(s)?;
+                TopLevelGrammar::from_json_schema(compact(s.clone()))
+            }
+            ConstraintSpec::Lark(g) => {
+                lark_json_bounds(g)?;
+                TopLevelGrammar::from_lark(g.clone())
+            }
             ConstraintSpec::Gbnf(g) => TopLevelGrammar::from_lark(crate::gbnf::to_lark(g)?),
             ConstraintSpec::Regex(r) => TopLevelGrammar::from_regex(r),
         })
@@ -74,6 +80,49 @@ fn compact(mut schema: serde_json::Value) -> serde_json::Value {
         o.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_flexible": false }));
     }
     schema
+}
+
+/// The largest magnitude of a number bound (`minimum`, `maximum`, exclusive ones) a schema may
+/// set: JavaScript's safe integers. llguidance overflowed its stack building the digits of an
+/// integer range at -2^63, and gives up past 2^63 or on floats near 1e308.
+pub const MAX_NUMBER_BOUND: f64 = 9_007_199_254_740_991.0;
+
+/// Number bounds of a JSON schema (and of those it nests) within +-`MAX_NUMBER_BOUND`.
+fn number_bounds(v: &serde_json::Value) -> Result<()> {
+    match v {
+        serde_json::Value::Object(o) => {
+            for (k, child) in o {
+                let bound = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].contains(&k.as_str());
+                match child.as_f64() {
+                    Some(x) if bound && x.abs() > MAX_NUMBER_BOUND => {
+                        return Err(Error::InvalidOption(format!(
+                            "JSON schema: {k} {child} is outside the bounds numbers can have here \
+                             (magnitude at most {MAX_NUMBER_BOUND})"
+                        )));
+                    }
+                    // Values, not schemas.
+                    _ if ["const", "enum", "default", "examples"].contains(&k.as_str()) => {}
+                    _ => number_bounds(child)?,
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().try_for_each(number_bounds)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `number_bounds` of every schema a Lark grammar inlines (`%json {...}`, as tool calls do).
+fn lark_json_bounds(grammar: &str) -> Result<()> {
+    for (at, _) in grammar.match_indices("%json") {
+        let rest = &grammar[at + "%json".len()..];
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<serde_json::Value>();
+        // A schema that does not parse is llguidance's to report.
+        if let Some(Ok(schema)) = values.next() {
+            number_bounds(&schema)?;
+        }
+    }
+    Ok(())
 }
 
 /// The `format`s llguidance enforces; others (`uri-reference`, OpenAPI's `int64`, ...) are left
@@ -197,7 +246,7 @@ impl Constraint {
 fn plain(msg: &str) -> String {
     let first = msg.lines().next().unwrap_or("").trim();
     if first.contains("NoExtensionBias") {
-        "no text can match it (its language is empty: every rule refers back to itself)".into()
+        "no text can match it (its language is empty: a rule that only refers back to itself, or a character class that excludes every character)".into()
     } else if first.ends_with("regex parse error:") {
         // The regex crate puts the pattern, a caret and then the reason on lines of their own.
         let why = msg.lines().rev().find_map(|l| l.trim().strip_prefix("error: ")).unwrap_or("invalid pattern");
@@ -209,7 +258,34 @@ fn plain(msg: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::plain;
+    use super::{plain, ConstraintSpec};
+    use serde_json::json;
+
+    fn refused(spec: ConstraintSpec) -> String {
+        match spec.top_level() {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted: {spec:?}"),
+        }
+    }
+
+    #[test]
+    fn number_bounds_past_safe_integers_are_refused() {
+        // -2^63 as both bounds overflowed llguidance's stack (the process aborted).
+        let min = i64::MIN;
+        let nested =
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": min, "maximum": min}}});
+        assert!(refused(ConstraintSpec::JsonSchema(nested.clone())).contains("minimum -9223372036854775808"));
+        let far = json!({"anyOf": [{"type": "number", "exclusiveMaximum": 1e300}]});
+        assert!(refused(ConstraintSpec::JsonSchema(far)).contains("exclusiveMaximum"));
+        // Inlined in a Lark grammar, as tool calls are.
+        assert!(refused(ConstraintSpec::Lark(format!("start: \"x\" call\ncall: %json {nested}\n"))).contains("minimum"));
+        // Safe integers, and large numbers that are values rather than bounds, are kept.
+        let ok = json!({"type": "integer", "minimum": -9007199254740991i64, "maximum": 9007199254740991i64});
+        assert!(ConstraintSpec::JsonSchema(ok).top_level().is_ok());
+        let values =
+            json!({"enum": [1e300], "default": -9223372036854775808i64, "properties": {"minimum": {"type": "string"}}});
+        assert!(ConstraintSpec::JsonSchema(values).top_level().is_ok());
+    }
 
     #[test]
     fn regex_errors_keep_their_reason() {
@@ -220,7 +296,7 @@ mod tests {
     #[test]
     fn llguidance_messages_lose_their_state_dump() {
         let dump = "NoExtensionBias\n<state>\nTokens: ⟦⟧\nParser: {\n  \"rows\": 1\n}\n</state><grammar>\n</grammar>";
-        assert_eq!(plain(dump), "no text can match it (its language is empty: every rule refers back to itself)");
+        assert_eq!(plain(dump), "no text can match it (its language is empty: a rule that only refers back to itself, or a character class that excludes every character)");
         assert_eq!(plain("unknown rule 'x'\n<state>..."), "unknown rule 'x'");
         assert_eq!(plain(""), "");
     }

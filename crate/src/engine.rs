@@ -301,7 +301,13 @@ impl Engine {
         };
         let ids = self.tokenizer()?.encode(&text)?;
         if ids.is_empty() {
-            return Err(Error::Template("the chat template rendered these messages as no tokens".into()));
+            // Which of the two dropped everything is worth saying: the fix is in one file.
+            let msg = if text.is_empty() {
+                "the chat template rendered these messages as empty text".to_string()
+            } else {
+                format!("the tokenizer turned the chat template's text ({} bytes) into no tokens", text.len())
+            };
+            return Err(Error::Template(msg));
         }
         Ok(ids)
     }
@@ -368,11 +374,9 @@ impl Engine {
             self.rt.grow_context(needed.next_power_of_two().min(most))?;
         }
         if prompt.len() >= self.rt.context {
-            return Err(Error::ContextOverflow {
-                tokens: prompt.len(),
-                max_new: opts.max_tokens,
-                context: self.rt.context,
-            });
+            // The limit that stopped it: the context asked for, or the most it could grow to.
+            let context = self.context_limit().max(self.rt.context);
+            return Err(Error::ContextOverflow { tokens: prompt.len(), max_new: opts.max_tokens, context });
         }
         let stop = opts.stop_ids.clone().unwrap_or_else(|| self.eos_ids.clone());
         let reused = if opts.prefix_cache { self.reusable_prefix(prompt) } else { 0 };

@@ -137,6 +137,9 @@ fn hostile_templates_stop_quickly() {
         "{% set a = {'k': [1]*1000000} %}{% set b = [a]*1000000 %}{{ b|pprint|length }}",
         "{% set a = ['x'*1000000]*1000000 %}{{ (a ~ '')|length }}",
         "{{ ([1]*1000000000)|length }}",
+        // A container that holds itself, printed (its recursion overflowed the stack).
+        "{% set ns = namespace() %}{% set ns.x = ns %}{{ ns }}",
+        "{% set ns = namespace() %}{% set ns.x = [ns, {'k': ns}] %}{{ (ns ~ '')|length }}",
         // Many pieces, or one argument in many fields.
         "{{ ('a '*4000000).split()|length }}",
         "{{ ('a'*4000000).split('')|length }}",

@@ -188,3 +188,21 @@ fn inspect_json_gives_metadata_typed() {
     assert_eq!(tokens["head"].as_array().map(Vec::len), Some(8));
     assert_eq!(j["tensors"].as_array().map(|t| !t.is_empty()), Some(true));
 }
+
+#[test]
+fn a_model_that_is_not_a_regular_file_is_refused_at_once() {
+    // A FIFO blocked the open until something wrote to it; a device read as an empty file.
+    let fifo = std::env::temp_dir().join(format!("ferrolm-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success());
+    let mut paths = vec!["/dev/zero".to_string()];
+    if made {
+        paths.push(fifo.display().to_string());
+    }
+    for p in &paths {
+        let o = ferrolm(&["inspect", "--model", p], Stdio::piped());
+        assert_eq!(o.status.code(), Some(1), "{p}: {}", stderr(&o));
+        assert!(stderr(&o).contains("not a regular file"), "{p}: {}", stderr(&o));
+    }
+    let _ = std::fs::remove_file(&fifo);
+}

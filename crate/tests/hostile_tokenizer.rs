@@ -1,7 +1,8 @@
 //! Malformed tokenizer.json files that make the `tokenizers` crate panic (or read bytes it should
 //! not) end in a tokenizer error naming the problem: merges whose halves or result are missing
 //! (a merge longer than every token panics there), a right half without the subword prefix, a
-//! post-processor template naming an undefined special token, absurd ids and token lengths.
+//! post-processor template naming an undefined special token, absurd ids and token lengths, a
+//! Precompiled normalizer that does not parse, Replace rules that multiply the text.
 
 use ferrolm::tokenizer::Tokenizer;
 use serde_json::{json, Value};
@@ -119,6 +120,67 @@ impl log::Log for Capture {
 }
 
 static CAPTURE: Capture = Capture(std::sync::Mutex::new(Vec::new()));
+
+#[test]
+fn normalizers_that_panic_or_explode_are_an_error() {
+    // A Precompiled normalizer whose character map does not parse: the tokenizers crate panics
+    // reading it (an `expect`).
+    let mut v = base();
+    v["normalizer"] = json!({"type": "Precompiled", "precompiled_charsmap": "AAAA"});
+    refused(v, "Precompiled");
+    let mut v = base();
+    v["normalizer"] =
+        json!({"type": "Sequence", "normalizers": [{"type": "Precompiled", "precompiled_charsmap": "!!"}]});
+    refused(v, "Precompiled");
+    // A map that parses but whose trie points outside itself (one unit, offset 0): spm_precompiled
+    // indexed past it on the first character normalized.
+    let mut v = base();
+    v["normalizer"] = json!({"type": "Precompiled", "precompiled_charsmap": "BAAAAAAAAAA="});
+    refused(v, "outside itself");
+    // SentencePiece's nmt_nfkc map (from sentencepiece 0.2.0's test model, Apache-2.0), as T5 and
+    // ALBERT tokenizer.json files carry it: loads, and folds full-width letters.
+    let real: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/tokenizer/nmt_nfkc_precompiled.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut v = base();
+    v["normalizer"] = real.clone();
+    assert_eq!(load(&v).expect("a real Precompiled map loads").encode("ａｂ").unwrap(), vec![2]);
+    // Its replacements moved out of place: a leaf now starts inside a character or past the text.
+    let map = real["precompiled_charsmap"].as_str().unwrap().to_string();
+    let cut = &map[..map.len() * 9 / 10 / 4 * 4];
+    let mut v = base();
+    v["normalizer"] = json!({"type": "Precompiled", "precompiled_charsmap": cut});
+    refused(v, "Precompiled");
+
+    // Replace rules in a row that multiply the text: five of "a" -> 1000 "a" asked for 10^15 times
+    // the prompt; in the decoder the same per token.
+    let boom = json!({"type": "Replace", "pattern": {"String": "a"}, "content": "a".repeat(1000)});
+    let mut v = base();
+    v["normalizer"] = json!({"type": "Sequence", "normalizers": [boom, boom, boom, boom, boom]});
+    refused(v, "grow a text over a million times");
+    let hundred = json!({"type": "Replace", "pattern": {"String": "a"}, "content": "a".repeat(100)});
+    let mut v = base();
+    v["decoder"] = json!({"type": "Sequence", "decoders": [hundred, hundred]});
+    refused(v, "decoder's Replace rules can grow a text 10000 times");
+    let mut v = base();
+    v["normalizer"] = json!({"type": "Replace", "pattern": {"Regex": "."}, "content": "a".repeat(100)});
+    refused(v, "grow a text 101 times");
+    // What real tokenizers do stays accepted: a space to "▁" after a prepended "▁", runs of spaces
+    // to one (T5), a byte-fallback decoder's "▁" back to a space.
+    let mut v = base();
+    v["normalizer"] = json!({"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]});
+    v["decoder"] = json!({"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}]});
+    load(&v).expect("everyday Replace rules load");
+}
 
 #[test]
 fn special_tokens_outside_the_vocabulary_are_reported() {

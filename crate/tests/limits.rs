@@ -83,6 +83,15 @@ fn contexts_past_the_attention_merge_are_refused_before_loading() {
     let opts = ferrolm::engine::GenerateOptions { max_tokens: 2, ..Default::default() };
     let out_tokens = block_on(engine.generate(&[1, 2, 3], &opts, &mut |_, _| true)).unwrap().tokens;
     assert_eq!(out_tokens.len(), 2);
+    // A default-sized context grows for long prompts up to that limit; one past it is refused
+    // naming the limit, not the context it started from.
+    let mut engine = block_on(Engine::load(&src, &LoadOptions::default(), &mut |_, _, _| {})).unwrap();
+    let long = vec![1u32; max + 5];
+    match block_on(engine.generate(&long, &opts, &mut |_, _| true)) {
+        Err(Error::ContextOverflow { tokens, context, .. }) => assert_eq!((tokens, context), (max + 5, max)),
+        Err(e) => panic!("expected a context overflow, got {e}"),
+        Ok(_) => panic!("a {}-token prompt was accepted", max + 5),
+    }
 }
 
 /// A lost device (here destroyed on purpose, as a driver reset or the browser would) fails the

@@ -132,6 +132,7 @@ pub fn hf_json(root: &Value) -> Result<()> {
             }
         }
     }
+    normalizers_and_decoders(root)?;
     // A post-processor (or each of a Sequence's) whose template names special tokens. The
     // tokenizers crate reads post-processors untagged, by shape: an object with a template but no
     // (or a misspelt) "type" is a TemplateProcessing too (a fuzz input panicked there).
@@ -169,4 +170,131 @@ pub fn hf_json(root: &Value) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How much the Replace rules of a normalizer or decoder (and of the Sequences holding them, one
+/// after another) may grow a text, at most: a few `Replace("a", "a" * 1000)` in a row made a
+/// small file ask for gigabytes from a short prompt. Real tokenizers replace one character or a
+/// run of spaces by one character (2 here: a regex is taken as matching one character).
+pub const MAX_REPLACE_GROWTH: f64 = 64.0;
+
+fn replace_growth(v: &Value) -> f64 {
+    match v.get("type").and_then(Value::as_str) {
+        Some("Sequence") => ["normalizers", "decoders"]
+            .iter()
+            .filter_map(|k| v.get(*k).and_then(Value::as_array))
+            .flatten()
+            .map(replace_growth)
+            .fold(1.0, |a, g| (a * g).min(f64::MAX)),
+        Some("Replace") => {
+            let content = v.get("content").and_then(Value::as_str).map_or(0, |c| c.chars().count()) as f64;
+            // An empty or regex pattern may match between any two characters: content + 1 each.
+            let pattern = v.get("pattern").and_then(|p| p.get("String")).and_then(Value::as_str);
+            match pattern.map(|p| p.chars().count()) {
+                Some(n) if n > 0 => (content / n as f64).max(1.0),
+                _ => content + 1.0,
+            }
+        }
+        _ => 1.0,
+    }
+}
+
+/// Normalizers and decoders the tokenizers crate panics in, or that grow text without bound.
+fn normalizers_and_decoders(root: &Value) -> Result<()> {
+    for key in ["normalizer", "decoder"] {
+        let Some(top) = root.get(key) else { continue };
+        let growth = replace_growth(top);
+        if growth > MAX_REPLACE_GROWTH {
+            let times = if growth < 1e6 { format!("{growth:.0}") } else { "over a million".into() };
+            return Err(tok_err(format!(
+                "tokenizer.json: the {key}'s Replace rules can grow a text {times} times; at most \
+                 {MAX_REPLACE_GROWTH} are accepted"
+            )));
+        }
+    }
+    // A Precompiled normalizer whose character map does not parse panics while the tokenizers
+    // crate reads it (an `expect`); the same parse here gives its error.
+    let mut stack: Vec<&Value> = root.get("normalizer").into_iter().collect();
+    while let Some(n) = stack.pop() {
+        if let Some(list) = n.get("normalizers").and_then(Value::as_array) {
+            stack.extend(list);
+        }
+        if n.get("type").and_then(Value::as_str) == Some("Precompiled") {
+            let map = n.get("precompiled_charsmap").and_then(Value::as_str).and_then(base64);
+            let checked = match (map, serde_json::from_str::<tokenizers::normalizers::Precompiled>(&n.to_string())) {
+                (Some(map), Ok(_)) => charsmap(&map),
+                (_, Err(e)) => Err(e.to_string()),
+                (None, _) => Err("precompiled_charsmap is not base64".into()),
+            };
+            checked.map_err(|e| tok_err(format!("tokenizer.json: the Precompiled normalizer: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// The longest replacement a Precompiled normalizer's map may give one character (bytes): real
+/// maps stay under 40 (U+FDFA, an Arabic ligature, becomes 33 bytes).
+const MAX_CHARSMAP_REPLACEMENT: usize = 64;
+
+/// A SentencePiece character map (spm_precompiled's layout: the double-array trie's byte length,
+/// its 32-bit units, then NUL-separated replacements) that its lookup can walk without leaving
+/// the trie, whose leaves name replacements that exist and are short. spm_precompiled indexes
+/// the trie and the replacement text unchecked: a map that parses can still panic on the first
+/// character it normalizes.
+fn charsmap(map: &[u8]) -> std::result::Result<(), String> {
+    let word = |i: usize| map.get(i..i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    let trie_bytes = word(0).ok_or("shorter than its header")?;
+    let units: Vec<usize> =
+        (0..trie_bytes / 4).map(|i| word(4 + 4 * i)).collect::<Option<_>>().ok_or("its trie is cut short")?;
+    let text = &map[(4 + 4 * units.len()).min(map.len())..];
+    let text = std::str::from_utf8(text).map_err(|_| "its replacements are not UTF-8")?;
+    // The unit's fields as spm_precompiled reads them.
+    let offset = |u: usize| (u >> 10) << ((u & (1 << 9)) >> 6);
+    let label = |u: usize| u & ((1 << 31) | 0xff);
+    let has_leaf = |u: usize| (u >> 8) & 1 == 1;
+    let value = |u: usize| u & ((1 << 31) - 1);
+    let root = *units.first().ok_or("its trie is empty")?;
+    let mut seen = HashSet::new();
+    let mut todo = vec![offset(root)];
+    while let Some(pos) = todo.pop() {
+        if !seen.insert(pos) {
+            continue;
+        }
+        for c in 1..256usize {
+            let q = pos ^ c;
+            let unit = *units.get(q).ok_or("its trie points outside itself")?;
+            if label(unit) != c {
+                continue;
+            }
+            let next = q ^ offset(unit);
+            if has_leaf(unit) {
+                let v = value(*units.get(next).ok_or("its trie points outside itself")?);
+                let rest = text.get(v..).ok_or("a replacement starts outside the text or inside a character")?;
+                if rest.find('\0').unwrap_or(rest.len()) > MAX_CHARSMAP_REPLACEMENT {
+                    return Err(format!("a replacement is longer than {MAX_CHARSMAP_REPLACEMENT} bytes"));
+                }
+            }
+            todo.push(next);
+        }
+    }
+    Ok(())
+}
+
+/// Standard base64 (padding optional), as the tokenizers crate writes binary fields.
+fn base64(s: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let digits: Vec<u8> = s.trim_end_matches('=').bytes().map(digit).collect::<Option<_>>()?;
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let n = chunk.iter().fold(0u32, |a, &d| (a << 6) | d as u32) << (6 * (4 - chunk.len()));
+        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    Some(out)
 }

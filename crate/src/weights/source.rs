@@ -61,11 +61,17 @@ impl FileSource {
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<Self> {
         let p = path.as_ref();
         let name = p.display().to_string();
-        let file = std::fs::File::open(p).map_err(|e| Error::io(name.clone(), e))?;
-        let meta = file.metadata().map_err(|e| Error::io(name.clone(), e))?;
-        if meta.is_dir() {
+        // Before opening: opening a FIFO blocks until something writes to it, and a device
+        // reports no length. Weights are read at offsets, so only regular files will do.
+        let kind = std::fs::metadata(p).map_err(|e| Error::io(name.clone(), e))?;
+        if kind.is_dir() {
             return Err(Error::io(name, std::io::Error::other("is a directory, not a file")));
         }
+        if !kind.is_file() {
+            return Err(Error::io(name, std::io::Error::other("is not a regular file (a device, FIFO or socket)")));
+        }
+        let file = std::fs::File::open(p).map_err(|e| Error::io(name.clone(), e))?;
+        let meta = file.metadata().map_err(|e| Error::io(name.clone(), e))?;
         Ok(FileSource { file, len: meta.len(), path: name })
     }
 }

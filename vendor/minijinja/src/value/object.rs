@@ -306,6 +306,7 @@ pub trait Object: fmt::Debug + Send + Sync {
 // the print stops with "..." and `take_render_overflow` reports it, so the caller can fail the
 // render instead of serving a truncated value.
 const RENDER_BUDGET: u64 = 8 << 20;
+const RENDER_MAX_DEPTH: u32 = 64;
 
 thread_local! {
     static RENDER_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -339,7 +340,14 @@ fn default_render(obj: &DynObject, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     if depth == 0 {
         RENDER_LEFT.with(|left| left.set(RENDER_BUDGET));
     }
-    let rv = default_render_inner(obj, f);
+    // ferrolm: a container that holds itself (`{% set ns.x = ns %}{{ ns }}`) recursed until the
+    // stack overflowed; past this depth the print stops as past its budget.
+    let rv = if depth >= RENDER_MAX_DEPTH {
+        RENDER_OVERFLOW.with(|o| o.set(true));
+        f.write_str("...")
+    } else {
+        default_render_inner(obj, f)
+    };
     RENDER_DEPTH.with(|d| d.set(depth));
     rv
 }
