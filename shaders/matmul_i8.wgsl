@@ -143,7 +143,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let sm = (sg / 2u) * 32u;
     let sn = (sg % 2u) * 32u;
     let nb = K / 32u;
-    // acc[4 * 8]: product p = 2 mi + ni, element e = lane + 32 i of its 16x16 (row e / 16).
+    // acc[4 * 8]: product p = 2 mi + ni; element i of its 16x16 is column lane % 16 of row
+    // i % PAIR + 2 PAIR (i / PAIR) + PAIR (lane / 16) (with PAIR 1: element lane + 32 i).
     var acc: array<f32, 32>;
     put_step(load_step(t0, n0, 0u, li), li);
     workgroupBarrier();

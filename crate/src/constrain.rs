@@ -87,27 +87,45 @@ fn compact(mut schema: serde_json::Value) -> serde_json::Value {
 /// integer range at -2^63, and gives up past 2^63 or on floats near 1e308.
 pub const MAX_NUMBER_BOUND: f64 = 9_007_199_254_740_991.0;
 
-/// Number bounds of a JSON schema (and of those it nests) within +-`MAX_NUMBER_BOUND`.
-fn number_bounds(v: &serde_json::Value) -> Result<()> {
-    match v {
-        serde_json::Value::Object(o) => {
-            for (k, child) in o {
-                let bound = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].contains(&k.as_str());
-                match child.as_f64() {
-                    Some(x) if bound && x.abs() > MAX_NUMBER_BOUND => {
-                        return Err(Error::InvalidOption(format!(
-                            "JSON schema: {k} {child} is outside the bounds numbers can have here \
-                             (magnitude at most {MAX_NUMBER_BOUND})"
-                        )));
-                    }
-                    // Values, not schemas.
-                    _ if ["const", "enum", "default", "examples"].contains(&k.as_str()) => {}
-                    _ => number_bounds(child)?,
+/// Number bounds of a JSON schema (and of those it nests) within +-`MAX_NUMBER_BOUND`, and the
+/// numbers of its `const`s and `enum`s too (llguidance compiles each into a range of one).
+fn number_bounds(schema: &serde_json::Value) -> Result<()> {
+    use serde_json::Value;
+    // The first number in a value past the bound, however nested (a const's or an enum's).
+    fn far_number(v: &Value) -> Option<&Value> {
+        match v {
+            Value::Number(n) => n.as_f64().is_some_and(|x| x.abs() > MAX_NUMBER_BOUND).then_some(v),
+            Value::Array(a) => a.iter().find_map(far_number),
+            Value::Object(o) => o.values().find_map(far_number),
+            _ => None,
+        }
+    }
+    let o = match schema {
+        Value::Object(o) => o,
+        // A list of schemas (anyOf, prefixItems, ...); booleans and the rest hold no bounds.
+        Value::Array(a) => return a.iter().try_for_each(number_bounds),
+        _ => return Ok(()),
+    };
+    for (k, child) in o {
+        match k.as_str() {
+            "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "const" | "enum" => {
+                if let Some(x) = far_number(child) {
+                    return Err(Error::InvalidOption(format!(
+                        "JSON schema: {k} {x} is outside the bounds numbers can have here (magnitude at \
+                         most {MAX_NUMBER_BOUND})"
+                    )));
                 }
             }
+            // Annotations: values, not schemas.
+            "default" | "examples" => {}
+            // Maps from names to schemas: the names are not keywords.
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                if let Value::Object(m) = child {
+                    m.values().try_for_each(number_bounds)?;
+                }
+            }
+            _ => number_bounds(child)?,
         }
-        serde_json::Value::Array(a) => a.iter().try_for_each(number_bounds)?,
-        _ => {}
     }
     Ok(())
 }
@@ -279,12 +297,16 @@ mod tests {
         assert!(refused(ConstraintSpec::JsonSchema(far)).contains("exclusiveMaximum"));
         // Inlined in a Lark grammar, as tool calls are.
         assert!(refused(ConstraintSpec::Lark(format!("start: \"x\" call\ncall: %json {nested}\n"))).contains("minimum"));
-        // Safe integers, and large numbers that are values rather than bounds, are kept.
+        // Safe integers, and large numbers that are annotations rather than bounds, are kept.
         let ok = json!({"type": "integer", "minimum": -9007199254740991i64, "maximum": 9007199254740991i64});
         assert!(ConstraintSpec::JsonSchema(ok).top_level().is_ok());
-        let values =
-            json!({"enum": [1e300], "default": -9223372036854775808i64, "properties": {"minimum": {"type": "string"}}});
+        let values = json!({"default": -9223372036854775808i64, "properties": {"minimum": {"type": "string"}}});
         assert!(ConstraintSpec::JsonSchema(values).top_level().is_ok());
+        // const and enum compile to ranges of one; a property named like an annotation is a schema.
+        assert!(refused(ConstraintSpec::JsonSchema(json!({"const": min}))).contains("const"));
+        assert!(refused(ConstraintSpec::JsonSchema(json!({"enum": [1, [{"a": -1e19}]]}))).contains("enum"));
+        let named = json!({"properties": {"default": {"type": "integer", "minimum": min, "maximum": min}}});
+        assert!(refused(ConstraintSpec::JsonSchema(named)).contains("minimum"));
     }
 
     #[test]

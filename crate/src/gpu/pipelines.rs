@@ -367,6 +367,7 @@ impl Pipelines {
             let ts = self.i8_scratch_row;
             // Half-subgroups read rows PAIR apart: PAIR * TS = 16 (mod 32) words, other banks.
             let pair = if ts % 32 == 16 { 1 } else { 2 };
+            debug_assert!(ts >= 16 && pair * ts % 32 == 16, "no PAIR for a scratch row of {ts} words");
             code.push_str(&format!(
                 "const TS: u32 = {ts}u;\nconst PAIR: u32 = {pair}u;\nconst TILE: u32 = {}u;\n",
                 16 * ts

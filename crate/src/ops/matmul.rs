@@ -227,7 +227,7 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
         Tile::I8 => (Kernel::MatMulI8, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a8),
     };
     if tile == Tile::I8 {
-        r.workgroup_bytes(i8_workgroup_storage(i8_scratch_row(r.caps.workgroup_storage)));
+        r.workgroup_bytes(i8_workgroup_storage(r.gpu.pipelines.i8_scratch_row));
         if !m.a_ready {
             quant_rows(r, w.cols, m.a, m.a8, m.a8s);
         }

@@ -195,8 +195,8 @@ impl Program {
         self.live(t as u32, pos as u32, pick).count()
     }
 
-    /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos` (every
-    /// decode step: nothing allocated here).
+    /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos`
+    /// (one-off programs, `run_once`; steps go through `record_range`).
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, pick: Pick) {
         for op in self.live(n_tokens, pos, pick) {
             op.dispatch(pass, n_tokens, pos);

@@ -172,20 +172,26 @@ pub fn hf_json(root: &Value) -> Result<()> {
     Ok(())
 }
 
-/// How much the Replace rules of a normalizer or decoder (and of the Sequences holding them, one
-/// after another) may grow a text, at most: a few `Replace("a", "a" * 1000)` in a row made a
-/// small file ask for gigabytes from a short prompt. Real tokenizers replace one character or a
-/// run of spaces by one character (2 here: a regex is taken as matching one character).
-pub const MAX_REPLACE_GROWTH: f64 = 64.0;
+/// How much a normalizer or decoder may grow a text, at most: a few `Replace("a", "a" * 1000)`
+/// in a row made a small file ask for gigabytes from a short prompt. Real tokenizers replace one
+/// character or a run of spaces by one character (2 here: a regex is taken as matching one
+/// character), and T5's character map with its space rule comes to 22.
+pub const MAX_TEXT_GROWTH: f64 = 64.0;
 
-fn replace_growth(v: &Value) -> f64 {
-    match v.get("type").and_then(Value::as_str) {
-        Some("Sequence") => ["normalizers", "decoders"]
-            .iter()
-            .filter_map(|k| v.get(*k).and_then(Value::as_array))
-            .flatten()
-            .map(replace_growth)
-            .fold(1.0, |a, g| (a * g).min(f64::MAX)),
+/// The most a normalizer (or with `decoder`, a decoder) multiplies a text's length by, roughly:
+/// Replace rules, ByteLevel (a byte past ASCII becomes two), Precompiled maps (their longest
+/// replacement over its key), one after another in a Sequence; a Precompiled map that the
+/// tokenizers crate would panic on is an error.
+fn growth(v: &Value, decoder: bool) -> std::result::Result<f64, String> {
+    Ok(match v.get("type").and_then(Value::as_str) {
+        Some("Sequence") => {
+            let list = v.get(if decoder { "decoders" } else { "normalizers" }).and_then(Value::as_array);
+            let mut g = 1.0f64;
+            for child in list.into_iter().flatten() {
+                g = (g * growth(child, decoder)?).min(f64::MAX);
+            }
+            g
+        }
         Some("Replace") => {
             let content = v.get("content").and_then(Value::as_str).map_or(0, |c| c.chars().count()) as f64;
             // An empty or regex pattern may match between any two characters: content + 1 each.
@@ -195,38 +201,30 @@ fn replace_growth(v: &Value) -> f64 {
                 _ => content + 1.0,
             }
         }
+        Some("ByteLevel") if !decoder => 2.0,
+        Some("Precompiled") if !decoder => {
+            let map = v.get("precompiled_charsmap").and_then(Value::as_str).and_then(base64);
+            let map = map.ok_or("the Precompiled normalizer's precompiled_charsmap is not base64")?;
+            let ratio = charsmap(&map).map_err(|e| format!("the Precompiled normalizer: {e}"))?;
+            // Only now the crate's own parse (it panics where it fails), for its errors.
+            serde_json::from_str::<tokenizers::normalizers::Precompiled>(&v.to_string())
+                .map_err(|e| format!("the Precompiled normalizer: {e}"))?;
+            ratio
+        }
         _ => 1.0,
-    }
+    })
 }
 
 /// Normalizers and decoders the tokenizers crate panics in, or that grow text without bound.
 fn normalizers_and_decoders(root: &Value) -> Result<()> {
-    for key in ["normalizer", "decoder"] {
+    for (key, decoder) in [("normalizer", false), ("decoder", true)] {
         let Some(top) = root.get(key) else { continue };
-        let growth = replace_growth(top);
-        if growth > MAX_REPLACE_GROWTH {
-            let times = if growth < 1e6 { format!("{growth:.0}") } else { "over a million".into() };
+        let g = growth(top, decoder).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
+        if g > MAX_TEXT_GROWTH {
+            let times = if g < 1e6 { format!("{g:.0}") } else { "over a million".into() };
             return Err(tok_err(format!(
-                "tokenizer.json: the {key}'s Replace rules can grow a text {times} times; at most \
-                 {MAX_REPLACE_GROWTH} are accepted"
+                "tokenizer.json: the {key} can grow a text {times} times; at most {MAX_TEXT_GROWTH} are accepted"
             )));
-        }
-    }
-    // A Precompiled normalizer whose character map does not parse panics while the tokenizers
-    // crate reads it (an `expect`); the same parse here gives its error.
-    let mut stack: Vec<&Value> = root.get("normalizer").into_iter().collect();
-    while let Some(n) = stack.pop() {
-        if let Some(list) = n.get("normalizers").and_then(Value::as_array) {
-            stack.extend(list);
-        }
-        if n.get("type").and_then(Value::as_str) == Some("Precompiled") {
-            let map = n.get("precompiled_charsmap").and_then(Value::as_str).and_then(base64);
-            let checked = match (map, serde_json::from_str::<tokenizers::normalizers::Precompiled>(&n.to_string())) {
-                (Some(map), Ok(_)) => charsmap(&map),
-                (_, Err(e)) => Err(e.to_string()),
-                (None, _) => Err("precompiled_charsmap is not base64".into()),
-            };
-            checked.map_err(|e| tok_err(format!("tokenizer.json: the Precompiled normalizer: {e}")))?;
         }
     }
     Ok(())
@@ -238,15 +236,19 @@ const MAX_CHARSMAP_REPLACEMENT: usize = 64;
 
 /// A SentencePiece character map (spm_precompiled's layout: the double-array trie's byte length,
 /// its 32-bit units, then NUL-separated replacements) that its lookup can walk without leaving
-/// the trie, whose leaves name replacements that exist and are short. spm_precompiled indexes
-/// the trie and the replacement text unchecked: a map that parses can still panic on the first
-/// character it normalizes.
-fn charsmap(map: &[u8]) -> std::result::Result<(), String> {
+/// the trie, whose leaves name replacements that exist and are short; returns the largest ratio
+/// of a replacement's length to its key's. spm_precompiled indexes the trie and the replacement
+/// text unchecked (a map that parses could still panic on the first character it normalizes),
+/// and reserves the header's trie length before reading it.
+fn charsmap(map: &[u8]) -> std::result::Result<f64, String> {
     let word = |i: usize| map.get(i..i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
     let trie_bytes = word(0).ok_or("shorter than its header")?;
+    if trie_bytes > map.len() - 4 {
+        return Err(format!("its trie of {trie_bytes} bytes is longer than the map"));
+    }
     let units: Vec<usize> =
         (0..trie_bytes / 4).map(|i| word(4 + 4 * i)).collect::<Option<_>>().ok_or("its trie is cut short")?;
-    let text = &map[(4 + 4 * units.len()).min(map.len())..];
+    let text = &map[4 + 4 * units.len()..];
     let text = std::str::from_utf8(text).map_err(|_| "its replacements are not UTF-8")?;
     // The unit's fields as spm_precompiled reads them.
     let offset = |u: usize| (u >> 10) << ((u & (1 << 9)) >> 6);
@@ -255,8 +257,10 @@ fn charsmap(map: &[u8]) -> std::result::Result<(), String> {
     let value = |u: usize| u & ((1 << 31) - 1);
     let root = *units.first().ok_or("its trie is empty")?;
     let mut seen = HashSet::new();
-    let mut todo = vec![offset(root)];
-    while let Some(pos) = todo.pop() {
+    let mut ratio = 1.0f64;
+    // (node, bytes of key that lead to it): a trie, so each node has one depth.
+    let mut todo = vec![(offset(root), 0usize)];
+    while let Some((pos, depth)) = todo.pop() {
         if !seen.insert(pos) {
             continue;
         }
@@ -270,14 +274,16 @@ fn charsmap(map: &[u8]) -> std::result::Result<(), String> {
             if has_leaf(unit) {
                 let v = value(*units.get(next).ok_or("its trie points outside itself")?);
                 let rest = text.get(v..).ok_or("a replacement starts outside the text or inside a character")?;
-                if rest.find('\0').unwrap_or(rest.len()) > MAX_CHARSMAP_REPLACEMENT {
+                let len = rest.bytes().take(MAX_CHARSMAP_REPLACEMENT + 1).position(|b| b == 0).unwrap_or(rest.len());
+                if len > MAX_CHARSMAP_REPLACEMENT {
                     return Err(format!("a replacement is longer than {MAX_CHARSMAP_REPLACEMENT} bytes"));
                 }
+                ratio = ratio.max(len as f64 / (depth + 1) as f64);
             }
-            todo.push(next);
+            todo.push((next, depth + 1));
         }
     }
-    Ok(())
+    Ok(ratio)
 }
 
 /// Standard base64 (padding optional), as the tokenizers crate writes binary fields.

@@ -542,6 +542,8 @@ impl<'env> Executor<'env> {
                     b = stack.pop();
                     a = stack.pop();
                     if let Some(ns) = b.downcast_object_ref::<Namespace>() {
+                        let mut budget = NAMESPACE_ITEMS;
+                        ctx_ok!(namespace_free(&a, &mut budget, 0));
                         ns.set_value(name, a);
                     } else {
                         bail!(Error::new(
@@ -1616,4 +1618,39 @@ fn describe_expr_at(
         }
         _ => None,
     }
+}
+
+// ferrolm: a namespace holding itself (`{% set ns.x = ns %}`, or inside a list or map) made
+// equality, hashing, sorting and printing recurse until the stack overflowed. A namespace
+// attribute may hold any value but a namespace, looked for through at most this many items of
+// lists and maps, 64 deep.
+const NAMESPACE_ITEMS: usize = 1 << 16;
+
+fn namespace_free(v: &Value, budget: &mut usize, depth: usize) -> Result<(), Error> {
+    let refuse = |why: &str| Err(Error::new(ErrorKind::InvalidOperation, format!("a namespace attribute {why}")));
+    if v.downcast_object_ref::<Namespace>().is_some() {
+        return refuse("cannot hold a namespace");
+    }
+    // Iterables of a known length iterate again (repeated lists are such); others may be
+    // one-shot iterators, which a look would use up.
+    let map = match v.kind() {
+        crate::value::ValueKind::Map => true,
+        crate::value::ValueKind::Seq => false,
+        crate::value::ValueKind::Iterable if v.len().is_some() => false,
+        _ => return Ok(()),
+    };
+    if depth >= 64 {
+        return refuse("cannot hold values nested over 64 deep");
+    }
+    for item in v.try_iter()? {
+        *budget = match budget.checked_sub(1) {
+            Some(b) => b,
+            None => return refuse(&format!("cannot hold over {NAMESPACE_ITEMS} items")),
+        };
+        if map {
+            namespace_free(&v.get_item(&item)?, budget, depth + 1)?;
+        }
+        namespace_free(&item, budget, depth + 1)?;
+    }
+    Ok(())
 }
