@@ -153,6 +153,7 @@ fn out_of_range_request_fields_are_refused() {
             "content[0] is of type \"image_url\"",
         ),
         ("messages", json!([{ "role": "user", "content": [5] }]), "content[0] must be a text part"),
+        ("messages", json!([{ "role": "user", "content": [] }]), "messages[0]: content is an empty list of parts"),
         ("messages", call(json!("junk")), "messages[1]: tool_calls must be an array"),
         ("messages", call(json!([{ "id": "a", "type": "function" }])), "tool_calls[0] needs function.name"),
         (

@@ -124,6 +124,10 @@ fn config_json_out_of_range_is_refused() {
     ] {
         expect_err(hf(&with(key, v.clone())), key, &format!("{key} = {v}"));
     }
+    // No model_type at all is said so (it read as model_type "").
+    let mut none = base.clone();
+    none.as_object_mut().unwrap().remove("model_type");
+    expect_err(hf(&none.to_string()), "no model_type in config.json", "no model_type");
     // Phi-3 with longrope factors, Gemma 3 with a zero period, Qwen2 with a huge window.
     let phi = serde_json::json!({
         "model_type": "phi3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

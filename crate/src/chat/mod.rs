@@ -145,6 +145,8 @@ fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>> {
                 Value::Null
             }
             Some(Value::String(s)) => Value::String(s.clone()),
+            // OpenAI refuses an empty list of parts too.
+            Some(Value::Array(parts)) if parts.is_empty() => return bad(i, "content is an empty list of parts".into()),
             Some(Value::Array(parts)) => {
                 let mut text = String::new();
                 for (j, p) in parts.iter().enumerate() {

@@ -442,8 +442,13 @@ impl ModelConfig {
         use super::hf_config::LayerKind;
         let family = h.model_type.as_str();
         let fam = family::by_hf(family).ok_or_else(|| {
+            let named = if family.is_empty() {
+                "no model_type in config.json".into()
+            } else {
+                format!("model_type {family:?}")
+            };
             Error::Unsupported(format!(
-                "model_type {family:?} (supported: {})",
+                "{named} (supported: {})",
                 family::names(|f| f.hf.iter().copied().take(1).collect())
             ))
         })?;
