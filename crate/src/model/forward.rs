@@ -1,7 +1,8 @@
 //! THE forward pass: one straight-line description of a transformer step for every supported
 //! architecture, recorded once at load (`ops::Recorder`) into a list of dispatches with their
 //! bind groups. A step then only writes a 16-byte uniform (token count, position, readback
-//! slot) and replays the list in one compute pass and one submit.
+//! slot) and replays the list in one compute pass and one submit (a prefill step in several, so
+//! that the GPU starts before all of it is recorded: `runtime.rs` PREFILL_PART).
 //!
 //! Two programs come from the same description: single-token decode (`decode_layer`, fused: 5
 //! dispatches per layer, 4 where the FFN is small enough to split) and batched prefill
