@@ -206,3 +206,10 @@ fn a_model_that_is_not_a_regular_file_is_refused_at_once() {
     }
     let _ = std::fs::remove_file(&fifo);
 }
+
+#[test]
+fn standard_input_is_one_request() {
+    let o = ferrolm(&["chat-completion", "--model", &model(), "--request", "-", "--request", "-"], Stdio::piped());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--request - (standard input) can be given once"), "{}", stderr(&o));
+}

@@ -558,6 +558,10 @@ fn chat(a: ChatArgs) -> Result<()> {
 }
 
 fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
+    // Standard input holds one request: a second `-` would read it empty.
+    if requests.iter().filter(|f| *f == "-").count() > 1 {
+        return Err(Error::InvalidOption("--request - (standard input) can be given once".into()));
+    }
     let reqs = requests
         .iter()
         .map(|f| {
