@@ -375,7 +375,7 @@ impl Engine {
         }
         if prompt.len() >= self.rt.context {
             // The limit that stopped it: the context asked for, or the most it could grow to.
-            let context = self.context_limit().max(self.rt.context);
+            let context = self.context_limit();
             return Err(Error::ContextOverflow { tokens: prompt.len(), max_new: opts.max_tokens, context });
         }
         let stop = opts.stop_ids.clone().unwrap_or_else(|| self.eos_ids.clone());

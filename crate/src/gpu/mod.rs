@@ -286,20 +286,12 @@ impl Gpu {
     /// A second handle on the same device with its own pipeline cache (the same kernel variants):
     /// for a model of its own beside an engine's (`diagnose`).
     pub fn sibling(&self) -> Gpu {
-        let p = &self.pipelines;
         Gpu {
             device: self.device.clone(),
             queue: self.queue.clone(),
             summary: self.summary.clone(),
             limits: self.limits.clone(),
-            pipelines: Pipelines::new(
-                p.subgroups,
-                p.idot,
-                p.fused_attention,
-                p.matrix_units,
-                p.i8_prefill,
-                p.i8_scratch_row,
-            ),
+            pipelines: self.pipelines.fresh(),
             error: self.error.clone(),
             lost: self.lost.clone(),
             id: self.id,

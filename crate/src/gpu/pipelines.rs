@@ -309,6 +309,18 @@ impl Pipelines {
         }
     }
 
+    /// The same kernel variants with empty caches (a sibling `Gpu`'s).
+    pub fn fresh(&self) -> Self {
+        Pipelines::new(
+            self.subgroups,
+            self.idot,
+            self.fused_attention,
+            self.matrix_units,
+            self.i8_prefill,
+            self.i8_scratch_row,
+        )
+    }
+
     pub fn count(&self) -> usize {
         self.cache.borrow().len()
     }

@@ -198,9 +198,7 @@ impl Program {
     /// Record the step's dispatches for `n_tokens` tokens starting at cache position `pos`
     /// (one-off programs, `run_once`; steps go through `record_range`).
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, pos: u32, pick: Pick) {
-        for op in self.live(n_tokens, pos, pick) {
-            op.dispatch(pass, n_tokens, pos);
-        }
+        self.record_range(pass, n_tokens, pos, pick, 0..usize::MAX);
     }
 
     /// Record dispatches `range` of those the step runs (`record` in parts).
