@@ -39,6 +39,7 @@ override PS_LEN: u32;         // GH * QB * CH
 const CH: u32 = 64u;     // keys a chunk
 const WG: u32 = 256u;
 const RMAX: u32 = 16u;   // query rows a block at most
+const KP: u32 = 16u;     // key pieces (eight values each) requested at once
 const NEG: f32 = -3.0e38;
 
 var<workgroup> q_sh: array<vec4<f32>, QS_LEN>;   // [row][HD / 4], times SCALE
@@ -70,22 +71,23 @@ fn span(t: u32) -> Span {
     return Span(start, end, t < step.n_tokens);
 }
 
-// Value word w of key i of the chunk at c (0 past the chunk's n keys).
+// Value word w of key i of the chunk at c (0 past the chunk's n keys; the load itself is
+// unconditional, so that a chunk's loads are all in flight together).
 fn vw(c: u32, i: u32, n: u32, w: u32, kv_row0: u32) -> u32 {
     let words = HD / 2u;
-    if (i < n) {
-        return v_cache[NKV * CAP * words + (kv_row0 + (c + i) % CAP) * words + w];
-    }
-    return 0u;
+    return select(0u, v_cache[NKV * CAP * words + (kv_row0 + (c + i) % CAP) * words + w], i < n);
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) num_wg: vec3<u32>,
+        @builtin(local_invocation_index) tid: u32) {
     let R = GH * QB;
     let groups = NH / NKV / GH;   // blocks of query heads per KV head
     let kvh = wg.x / groups;
     let h0 = kvh * (NH / NKV) + (wg.x % groups) * GH;
-    let t0 = wg.y * QB;
+    // The last token blocks sweep the most keys: they take the first workgroups, so that the
+    // short ones fill in behind them instead of the long ones running alone at the end.
+    let t0 = (num_wg.y - 1u - wg.y) * QB;
     if (t0 >= step.n_tokens) {
         return;
     }
@@ -131,21 +133,33 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         let nq = (R + 3u) / 4u;   // rows rq + 4i past R: none to score
         if (j < hi) {
             let kb = (kv_row0 + j % CAP) * n4;
-            var kw = k_cache[kb];
-            // Loops counted to constants, so that Chromium's range analysis proves the
-            // workgroup and vector indices in range and leaves out their clamps (this kernel took
-            // 0.61x the time with the browser's clamps off, H200).
-            for (var i = 0u; i < HD / 8u; i++) {
-                let next = k_cache[kb + min(i + 1u, n4 - 1u)];   // one piece ahead
-                let k0 = vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y));
-                let k1 = vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w));
-                for (var ri = 0u; ri < 4u; ri++) {
-                    if (ri < nq) {
-                        let r = min(rq + 4u * ri, R - 1u);
-                        d[ri] += dot(q_sh[r * hd4 + 2u * i], k0) + dot(q_sh[r * hd4 + 2u * i + 1u], k1);
+            // The key's pieces are all requested before any is used, KP at a time: a loop that
+            // consumes each load as it comes waits one memory latency per piece. Loops counted to
+            // constants, so that Chromium's range analysis proves the workgroup and vector
+            // indices in range and leaves out their clamps (this kernel took 0.61x the time with
+            // the browser's clamps off, H200).
+            for (var b0 = 0u; b0 < HD / 8u; b0 += KP) {
+                var kp: array<vec4<u32>, KP>;
+                for (var i = 0u; i < KP; i++) {
+                    if (b0 + i < HD / 8u) {
+                        kp[i] = k_cache[kb + b0 + i];
                     }
                 }
-                kw = next;
+                for (var i = 0u; i < KP; i++) {
+                    if (b0 + i >= HD / 8u) {
+                        break;
+                    }
+                    let kw = kp[i];
+                    let k0 = vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y));
+                    let k1 = vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w));
+                    for (var ri = 0u; ri < 4u; ri++) {
+                        if (ri < nq) {
+                            let r = min(rq + 4u * ri, R - 1u);
+                            let qi = min(r * hd4 + 2u * (b0 + i), QS_LEN - 2u);
+                            d[ri] += dot(q_sh[qi], k0) + dot(q_sh[qi + 1u], k1);
+                        }
+                    }
+                }
             }
         }
         for (var ri = 0u; ri < 4u; ri++) {
@@ -202,25 +216,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
                 }
             }
             let n = min(CH, hi - c);
-            // Eight keys' value words are requested before any is used: a loop that consumes
+            // Sixteen keys' value words are requested before any is used: a loop that consumes
             // each load right away waits one memory latency per key.
-            for (var oct = 0u; oct < CH / 8u; oct++) {
-                let i0 = 8u * oct;
+            for (var hx = 0u; hx < CH / 16u; hx++) {
+                let i0 = 16u * hx;
                 if (i0 >= n) {
-                    continue;
+                    break;
                 }
                 let va = vec4<u32>(vw(c, i0, n, w, kv_row0), vw(c, i0 + 1u, n, w, kv_row0),
                                    vw(c, i0 + 2u, n, w, kv_row0), vw(c, i0 + 3u, n, w, kv_row0));
                 let vb = vec4<u32>(vw(c, i0 + 4u, n, w, kv_row0), vw(c, i0 + 5u, n, w, kv_row0),
                                    vw(c, i0 + 6u, n, w, kv_row0), vw(c, i0 + 7u, n, w, kv_row0));
-                let v0 = unpack2x16float(va.x);
-                let v1 = unpack2x16float(va.y);
-                let v2 = unpack2x16float(va.z);
-                let v3 = unpack2x16float(va.w);
-                let v4 = unpack2x16float(vb.x);
-                let v5 = unpack2x16float(vb.y);
-                let v6 = unpack2x16float(vb.z);
-                let v7 = unpack2x16float(vb.w);
+                let vc = vec4<u32>(vw(c, i0 + 8u, n, w, kv_row0), vw(c, i0 + 9u, n, w, kv_row0),
+                                   vw(c, i0 + 10u, n, w, kv_row0), vw(c, i0 + 11u, n, w, kv_row0));
+                let vd = vec4<u32>(vw(c, i0 + 12u, n, w, kv_row0), vw(c, i0 + 13u, n, w, kv_row0),
+                                   vw(c, i0 + 14u, n, w, kv_row0), vw(c, i0 + 15u, n, w, kv_row0));
                 for (var ri = 0u; ri < 4u; ri++) {
                     if (ri >= nr) {
                         continue;
@@ -229,9 +239,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
                     let b = min(g + ri * rg, R - 1u) * CH + i0;
                     let p0 = vec4<f32>(p_sh[b], p_sh[b + 1u], p_sh[b + 2u], p_sh[b + 3u]);
                     let p1 = vec4<f32>(p_sh[b + 4u], p_sh[b + 5u], p_sh[b + 6u], p_sh[b + 7u]);
-                    l[ri] += dot(p0, vec4<f32>(1.0)) + dot(p1, vec4<f32>(1.0));
-                    acc[ri] += p0.x * v0 + p0.y * v1 + p0.z * v2 + p0.w * v3 + p1.x * v4 + p1.y * v5 +
-                               p1.z * v6 + p1.w * v7;
+                    let p2 = vec4<f32>(p_sh[b + 8u], p_sh[b + 9u], p_sh[b + 10u], p_sh[b + 11u]);
+                    let p3 = vec4<f32>(p_sh[b + 12u], p_sh[b + 13u], p_sh[b + 14u], p_sh[b + 15u]);
+                    l[ri] += dot(p0 + p1 + p2 + p3, vec4<f32>(1.0));
+                    acc[ri] += p0.x * unpack2x16float(va.x) + p0.y * unpack2x16float(va.y) +
+                               p0.z * unpack2x16float(va.z) + p0.w * unpack2x16float(va.w) +
+                               p1.x * unpack2x16float(vb.x) + p1.y * unpack2x16float(vb.y) +
+                               p1.z * unpack2x16float(vb.z) + p1.w * unpack2x16float(vb.w) +
+                               p2.x * unpack2x16float(vc.x) + p2.y * unpack2x16float(vc.y) +
+                               p2.z * unpack2x16float(vc.z) + p2.w * unpack2x16float(vc.w) +
+                               p3.x * unpack2x16float(vd.x) + p3.y * unpack2x16float(vd.y) +
+                               p3.z * unpack2x16float(vd.z) + p3.w * unpack2x16float(vd.w);
                 }
             }
         }
