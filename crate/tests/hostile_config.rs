@@ -155,3 +155,27 @@ fn config_json_out_of_range_is_refused() {
     g3b["final_logit_softcapping"] = serde_json::json!(-1.0);
     expect_err(hf(&g3b.to_string()), "final_logit_softcapping", "negative softcap");
 }
+
+/// Weights a transformers quantizer packed (GPTQ, AWQ, bitsandbytes ...) are refused by the
+/// method's name; MLX's quantization (no method) and BitNet's are read.
+#[test]
+fn quantized_folders_name_their_method() {
+    let base = serde_json::json!({
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100
+    });
+    let with = |q: serde_json::Value| {
+        let mut c = base.clone();
+        c["quantization_config"] = q;
+        c.to_string()
+    };
+    for m in ["gptq", "awq", "bitsandbytes", "fp8", "compressed-tensors"] {
+        let q = serde_json::json!({"quant_method": m, "bits": 4, "group_size": 128});
+        expect_err(hf(&with(q)), &format!("quant_method \"{m}\" are not supported"), m);
+    }
+    expect_err(hf(&with(serde_json::json!({"quant_method": 4}))), "quant_method must be a string", "numeric method");
+    hf(&with(serde_json::json!({"group_size": 64, "bits": 4}))).expect("MLX's quantization_config has no method");
+    hf(&with(serde_json::json!({"quant_method": "bitnet", "linear_class": "autobitlinear"})))
+        .expect("BitNet's bf16 folders quantize as they load");
+    hf(&with(serde_json::Value::Null)).expect("a null quantization_config is none");
+}

@@ -561,7 +561,8 @@ fn text_prefix<S>(st: &SafetensorsModel<S>) -> Result<&'static str> {
 
 /// The LM head to load, as transformers ties it: an untied model's own head; a tied model whose
 /// file also has a head ties only when the two hold the same values (else transformers keeps the
-/// head and warns); no head in the file: the embedding.
+/// head and warns); no head in the file: the embedding (transformers would start an untied
+/// model's missing head from random values; the embedding is the likelier intent, with a warning).
 async fn head_tensor<S: AsyncSource>(
     st: &SafetensorsModel<S>,
     prefix: &'static str,
@@ -569,6 +570,12 @@ async fn head_tensor<S: AsyncSource>(
 ) -> Result<Option<&'static str>> {
     let Some(head) = ["lm_head.weight", "language_model.lm_head.weight"].into_iter().find(|n| st.get(n).is_some())
     else {
+        if !tied {
+            log::warn!(
+                "config.json has tie_word_embeddings: false but the weights hold no lm_head.weight: \
+                 the LM head is the token embedding"
+            );
+        }
         return Ok(None);
     };
     if !tied {

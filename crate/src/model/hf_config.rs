@@ -190,6 +190,31 @@ impl<'a> Obj<'a> {
     }
 }
 
+/// Weights quantized by a transformers quantizer (GPTQ, AWQ, bitsandbytes, FP8 ...) are stored as
+/// that method's packed tensors and scales, which the loader does not read: refused by name rather
+/// than failing later on a missing `.weight`. MLX's `quantization_config` (group_size and bits, no
+/// method) and BitNet's (its bf16 weights, quantized as they load) are read.
+fn quantization_method(config: &Map<String, Value>) -> Result<()> {
+    let Some(q) = config.get("quantization_config").filter(|v| !v.is_null()) else { return Ok(()) };
+    let method = match q.get("quant_method") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::String(m)) => m.as_str(),
+        Some(v) => {
+            return Err(Error::Model(format!(
+                "config.json: quantization_config.quant_method must be a string, got {v}"
+            )))
+        }
+    };
+    match method {
+        "bitnet" => Ok(()),
+        m => Err(Error::Unsupported(format!(
+            "config.json: weights quantized with quant_method \"{}\" are not supported (that method's packed \
+             tensors are not read); use a GGUF file or the model's unquantized weights",
+            m.chars().take(64).collect::<String>()
+        ))),
+    }
+}
+
 fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>> {
     v.as_object().ok_or_else(|| Error::Model(format!("{what} must be a JSON object")))
 }
@@ -227,6 +252,7 @@ impl HfConfig {
             };
         }
         let o = Obj(&merged, "config.json");
+        quantization_method(&merged)?;
         let model_type = o.str("model_type")?.unwrap_or("").to_string();
         let fam = family::by_hf(&model_type).unwrap_or(&family::OTHER);
         let gemma = fam.gemma;
