@@ -213,3 +213,18 @@ fn standard_input_is_one_request() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("--request - (standard input) can be given once"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_bad_request_file_is_named() {
+    let dir = std::env::temp_dir().join(format!("ferrolm-cli-requests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.json");
+    let bad = dir.join("bad.json");
+    std::fs::write(&good, r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}"#).unwrap();
+    std::fs::write(&bad, r#"{"messages": ["#).unwrap();
+    let (g, b) = (good.display().to_string(), bad.display().to_string());
+    let o = ferrolm(&["chat-completion", "--model", &model(), "--request", &g, "--request", &b], Stdio::piped());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("{b}: ")), "the error names the file: {}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

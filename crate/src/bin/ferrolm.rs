@@ -570,7 +570,13 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
             } else {
                 std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?
             };
-            ferrolm::chat::ChatRequest::from_json(&text)
+            // Which of several request files is at fault.
+            ferrolm::chat::ChatRequest::from_json(&text).map_err(|e| match e {
+                Error::InvalidOption(m) => {
+                    Error::InvalidOption(format!("{}: {m}", if f == "-" { "standard input" } else { f }))
+                }
+                e => e,
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     let mut engine = load(m, true)?;
