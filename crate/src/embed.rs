@@ -617,19 +617,6 @@ impl Pipeline {
     }
 }
 
-/// Standard base64 with padding (OpenAI's `encoding_format: "base64"`).
-fn base64(bytes: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            s.push(if i <= c.len() { A[(n >> shift & 63) as usize] as char } else { '=' });
-        }
-    }
-    s
-}
-
 /// x / max(|x|, 1e-12), as torch.nn.functional.normalize.
 pub fn l2_normalize(v: &mut [f32]) {
     let n = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt().max(1e-12);
@@ -761,7 +748,7 @@ impl EmbedRequest {
             .map(|(i, v)| {
                 let embedding = if as_base64 {
                     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                    Value::String(base64(&bytes))
+                    Value::String(crate::base64::encode(&bytes))
                 } else {
                     json!(v)
                 };
@@ -854,15 +841,6 @@ mod tests {
         ] {
             assert!((erf(x) - want).abs() < 1e-13, "erf({x}) = {} want {want}", erf(x));
         }
-    }
-
-    #[test]
-    fn base64_pads() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
-        assert_eq!(base64(&1.0f32.to_le_bytes()), "AACAPw==");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! The same crate runs natively (wgpu on Vulkan/Metal/DX12) for the CLI, tests and benchmarks, and
 //! in the browser (wgpu's WebGPU backend) through wasm-bindgen.
 
+pub mod base64;
 pub mod bench;
 pub mod chat;
 pub mod chat_limits;

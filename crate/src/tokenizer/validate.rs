@@ -203,7 +203,7 @@ fn growth(v: &Value, decoder: bool) -> std::result::Result<f64, String> {
         }
         Some("ByteLevel") if !decoder => 2.0,
         Some("Precompiled") if !decoder => {
-            let map = v.get("precompiled_charsmap").and_then(Value::as_str).and_then(base64);
+            let map = v.get("precompiled_charsmap").and_then(Value::as_str).and_then(crate::base64::decode);
             let map = map.ok_or("the Precompiled normalizer's precompiled_charsmap is not base64")?;
             let ratio = charsmap(&map).map_err(|e| format!("the Precompiled normalizer: {e}"))?;
             // Only now the crate's own parse (it panics where it fails), for its errors.
@@ -284,23 +284,4 @@ fn charsmap(map: &[u8]) -> std::result::Result<f64, String> {
         }
     }
     Ok(ratio)
-}
-
-/// Standard base64 (padding optional), as the tokenizers crate writes binary fields.
-fn base64(s: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
-    };
-    let digits: Vec<u8> = s.trim_end_matches('=').bytes().map(digit).collect::<Option<_>>()?;
-    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
-    for chunk in digits.chunks(4) {
-        let n = chunk.iter().fold(0u32, |a, &d| (a << 6) | d as u32) << (6 * (4 - chunk.len()));
-        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
-    }
-    Some(out)
 }
