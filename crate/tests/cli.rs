@@ -226,5 +226,26 @@ fn a_bad_request_file_is_named() {
     let o = ferrolm(&["chat-completion", "--model", &model(), "--request", &g, "--request", &b], Stdio::piped());
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains(&format!("{b}: ")), "the error names the file: {}", stderr(&o));
+    // An option the request parses but the generation refuses, and standard input.
+    let zero = dir.join("zero.json");
+    std::fs::write(&zero, r#"{"messages": [{"role": "user", "content": "hi"}], "n": 0}"#).unwrap();
+    let z = zero.display().to_string();
+    let o = ferrolm(&["chat-completion", "--model", &model(), "--request", &z], Stdio::piped());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("{z}: ")) && stderr(&o).contains("n must be"), "{}", stderr(&o));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
+        .args(["chat-completion", "--model", &model(), "--request", "-"])
+        .env("XDG_RUNTIME_DIR", std::env::var("XDG_RUNTIME_DIR").unwrap_or("/tmp".into()))
+        .env("WGPU_BACKEND", std::env::var("WGPU_BACKEND").unwrap_or("vulkan".into()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the ferrolm binary runs");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"{").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("standard input: "), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -157,7 +157,7 @@ fn config_json_out_of_range_is_refused() {
 }
 
 /// Weights a transformers quantizer packed (GPTQ, AWQ, bitsandbytes ...) are refused by the
-/// method's name; MLX's quantization (no method) and BitNet's are read.
+/// method's name (BitNet's online quantization too); MLX's quantization (no method) is read.
 #[test]
 fn quantized_folders_name_their_method() {
     let base = serde_json::json!({
@@ -175,7 +175,16 @@ fn quantized_folders_name_their_method() {
     }
     expect_err(hf(&with(serde_json::json!({"quant_method": 4}))), "quant_method must be a string", "numeric method");
     hf(&with(serde_json::json!({"group_size": 64, "bits": 4}))).expect("MLX's quantization_config has no method");
-    hf(&with(serde_json::json!({"quant_method": "bitnet", "linear_class": "autobitlinear"})))
-        .expect("BitNet's bf16 folders quantize as they load");
+    let online =
+        serde_json::json!({"quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "online"});
+    expect_err(hf(&with(online)), "quant_method \"bitnet\"", "BitNet's online quantization");
     hf(&with(serde_json::Value::Null)).expect("a null quantization_config is none");
+    // A multimodal wrapper's text model cannot hide the wrapper's quantization with a null.
+    let mut wrapped = serde_json::json!({"model_type": "gemma3", "quantization_config": {"quant_method": "gptq"}});
+    let mut text = base.clone();
+    text["model_type"] = serde_json::json!("gemma3_text");
+    text["head_dim"] = serde_json::json!(16);
+    text["quantization_config"] = serde_json::Value::Null;
+    wrapped["text_config"] = text;
+    expect_err(hf(&wrapped.to_string()), "quant_method \"gptq\"", "wrapped gptq");
 }

@@ -570,13 +570,7 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
             } else {
                 std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?
             };
-            // Which of several request files is at fault.
-            ferrolm::chat::ChatRequest::from_json(&text).map_err(|e| match e {
-                Error::InvalidOption(m) => {
-                    Error::InvalidOption(format!("{}: {m}", if f == "-" { "standard input" } else { f }))
-                }
-                e => e,
-            })
+            ferrolm::chat::ChatRequest::from_json(&text).map_err(|e| named(f, e))
         })
         .collect::<Result<Vec<_>>>()?;
     let mut engine = load(m, true)?;
@@ -584,7 +578,8 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
     for (i, req) in reqs.iter().enumerate() {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let mut run =
-            ferrolm::chat::ChatRun::new(&mut engine, req, clock_seed(), created, format!("chatcmpl-ferrolm-{i}"))?;
+            ferrolm::chat::ChatRun::new(&mut engine, req, clock_seed(), created, format!("chatcmpl-ferrolm-{i}"))
+                .map_err(|e| named(&requests[i], e))?;
         if run.is_stream() {
             while let Some(chunk) = block_on(run.next_chunk(&mut engine))? {
                 writeln!(out, "{chunk}").and_then(|_| out.flush()).map_err(|e| Error::write("stdout", e))?;
@@ -595,6 +590,16 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A request's invalid option, with the request file it came from (of several, which one).
+fn named(file: &str, e: Error) -> Error {
+    match e {
+        Error::InvalidOption(m) => {
+            Error::InvalidOption(format!("{}: {m}", if file == "-" { "standard input" } else { file }))
+        }
+        e => e,
+    }
 }
 
 fn embed(

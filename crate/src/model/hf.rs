@@ -241,6 +241,16 @@ impl<S: AsyncSource> HfModel<S> {
         };
         let prefix = text_prefix(&st)?;
         let head = head_tensor(&st, prefix, cfg.tied_embeddings).await?;
+        // A causal LM whose config does not tie (tie_word_embeddings false or, for most families,
+        // absent) but whose weights have no head: transformers would start that head from random
+        // values; the embedding is the likelier intent. Embedding models have no head at all.
+        let lm = hf.architectures.iter().any(|a| a.ends_with("ForCausalLM") || a.ends_with("ForConditionalGeneration"));
+        if head.is_none() && !cfg.tied_embeddings && lm {
+            log::warn!(
+                "config.json does not tie the word embeddings, but the weights hold no lm_head.weight: the LM head \
+                 is the token embedding"
+            );
+        }
         let norms_plus_one = files.mlc.as_ref().is_some_and(|w| w.norms_plus_one());
         Ok(HfModel { hf, cfg, st, generation, tokenizer_config, prefix, head, norms_plus_one })
     }
@@ -570,12 +580,6 @@ async fn head_tensor<S: AsyncSource>(
 ) -> Result<Option<&'static str>> {
     let Some(head) = ["lm_head.weight", "language_model.lm_head.weight"].into_iter().find(|n| st.get(n).is_some())
     else {
-        if !tied {
-            log::warn!(
-                "config.json has tie_word_embeddings: false but the weights hold no lm_head.weight: \
-                 the LM head is the token embedding"
-            );
-        }
         return Ok(None);
     };
     if !tied {

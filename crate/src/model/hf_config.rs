@@ -192,27 +192,30 @@ impl<'a> Obj<'a> {
 
 /// Weights quantized by a transformers quantizer (GPTQ, AWQ, bitsandbytes, FP8 ...) are stored as
 /// that method's packed tensors and scales, which the loader does not read: refused by name rather
-/// than failing later on a missing `.weight`. MLX's `quantization_config` (group_size and bits, no
-/// method) and BitNet's (its bf16 weights, quantized as they load) are read.
+/// than failing later on a missing `.weight`. BitNet's (`bitnet`) has transformers make the weights
+/// ternary and the activations 8-bit as it runs, which folders do not do here: refused too (its
+/// GGUF files carry the ternary weights). MLX's `quantization_config` (group_size and bits, no
+/// method) is read.
 fn quantization_method(config: &Map<String, Value>) -> Result<()> {
     let Some(q) = config.get("quantization_config").filter(|v| !v.is_null()) else { return Ok(()) };
     let method = match q.get("quant_method") {
         None | Some(Value::Null) => return Ok(()),
-        Some(Value::String(m)) => m.as_str(),
+        Some(Value::String(m)) => m.chars().take(64).collect::<String>(),
         Some(v) => {
             return Err(Error::Model(format!(
                 "config.json: quantization_config.quant_method must be a string, got {v}"
             )))
         }
     };
-    match method {
-        "bitnet" => Ok(()),
-        m => Err(Error::Unsupported(format!(
-            "config.json: weights quantized with quant_method \"{}\" are not supported (that method's packed \
-             tensors are not read); use a GGUF file or the model's unquantized weights",
-            m.chars().take(64).collect::<String>()
-        ))),
-    }
+    Err(Error::Unsupported(match method.as_str() {
+        "bitnet" => "config.json: quant_method \"bitnet\" (weights made ternary and activations 8-bit as \
+                     transformers runs them) is not supported for folders; use the model's GGUF file (I2_S)"
+            .to_string(),
+        m => format!(
+            "config.json: weights quantized with quant_method \"{m}\" are not supported (that method's packed \
+             tensors are not read); use a GGUF file or the model's unquantized weights"
+        ),
+    }))
 }
 
 fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>> {
@@ -251,8 +254,10 @@ impl HfConfig {
                 None => merged.remove("tie_word_embeddings"),
             };
         }
+        // The wrapper's and the text model's own (a null in one does not hide the other).
+        quantization_method(root)?;
+        text_config.map_or(Ok(()), quantization_method)?;
         let o = Obj(&merged, "config.json");
-        quantization_method(&merged)?;
         let model_type = o.str("model_type")?.unwrap_or("").to_string();
         let fam = family::by_hf(&model_type).unwrap_or(&family::OTHER);
         let gemma = fam.gemma;
