@@ -56,6 +56,11 @@ impl Default for SamplingParams {
     }
 }
 
+/// Temperatures below this decode greedily (see `SamplingParams::is_greedy`).
+pub const GREEDY_BELOW: f32 = 1e-20;
+/// The smallest repetition penalty: logits divided by less could pass f32's range.
+pub const MIN_REPETITION_PENALTY: f32 = 1e-6;
+
 impl SamplingParams {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidOption(m));
@@ -68,8 +73,12 @@ impl SamplingParams {
         if !(0.0..=1.0).contains(&self.min_p) {
             return bad(format!("min-p must be in [0, 1], got {}", self.min_p));
         }
-        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
-            return bad(format!("repetition penalty must be a finite number > 0, got {}", self.repetition_penalty));
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty >= MIN_REPETITION_PENALTY) {
+            return bad(format!(
+                "repetition penalty must be a finite number >= {MIN_REPETITION_PENALTY:e} (smaller ones overflow the \
+                 logits they divide), got {:?}",
+                self.repetition_penalty
+            ));
         }
         for (name, v) in [("frequency penalty", self.frequency_penalty), ("presence penalty", self.presence_penalty)] {
             if !(-2.0..=2.0).contains(&v) {
@@ -104,8 +113,10 @@ impl SamplingParams {
         }
     }
 
+    /// Temperatures below `GREEDY_BELOW` too: their limit, where 1 / T would overflow the
+    /// samplers' f32 scaling into NaN (1e-40 drew token ids past the vocabulary).
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0
+        self.temperature < GREEDY_BELOW
     }
 
     /// Greedy with nothing that changes the logits: the argmax of the raw logits.
@@ -174,7 +185,7 @@ impl SamplingDefaults {
             (&mut self.temperature, keys[0], (|v: f32| v >= 0.0) as fn(f32) -> bool),
             (&mut self.top_p, keys[1], |v| v > 0.0 && v <= 1.0),
             (&mut self.min_p, keys[2], |v| (0.0..=1.0).contains(&v)),
-            (&mut self.repetition_penalty, keys[3], |v| v > 0.0),
+            (&mut self.repetition_penalty, keys[3], |v| v >= MIN_REPETITION_PENALTY),
         ];
         for (field, key, ok) in fields {
             if let Some(v) = field.filter(|v| !ok(*v)) {
@@ -423,6 +434,22 @@ mod tests {
         let y: Vec<u32> = (0..50).map(|_| b.sample(&logits, &[])).collect();
         assert_eq!(x, y);
         assert!(x.iter().any(|&t| t != x[0]), "sampling at temperature 1 should vary");
+    }
+
+    #[test]
+    fn vanishing_temperature_is_greedy_and_tiny_penalties_are_refused() {
+        for t in [0.0, 1e-40, 1e-30, 1e-21] {
+            assert!(SamplingParams { temperature: t, ..Default::default() }.is_greedy(), "{t}");
+        }
+        assert!(!SamplingParams { temperature: 1e-6, ..Default::default() }.is_greedy());
+        let logits = vec![0.5f32, 3.0, -1.0, 2.9];
+        let p = SamplingParams { temperature: 1e-40, seed: 5, ..Default::default() };
+        assert_eq!(Sampler::new(p).unwrap().sample(&logits, &[]), 1);
+        for r in [1e-38f32, 1e-7] {
+            let p = SamplingParams { temperature: 1.0, repetition_penalty: r, ..Default::default() };
+            assert!(p.validate().unwrap_err().to_string().contains("repetition penalty"), "{r}");
+        }
+        SamplingParams { repetition_penalty: 1e-6, ..Default::default() }.validate().unwrap();
     }
 
     #[test]

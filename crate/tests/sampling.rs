@@ -264,6 +264,10 @@ fn single_token_cuts_draw_the_argmax() {
         SamplingParams { frequency_penalty: -0.3, repetition_penalty: 1.2, ..greedy.clone() },
         SamplingParams { logit_bias: vec![(top[0], -100.0), (top[5], 0.5), (7, 30.0)], ..greedy.clone() },
         SamplingParams { top_k: 1, logit_bias: vec![(top[3], 2.0)], frequency_penalty: 2.0, ..base.clone() },
+        // A vanishing temperature is greedy (1 / T overflowed into NaN: ids past the vocabulary),
+        // also beside the smallest repetition penalty.
+        SamplingParams { temperature: 1e-40, ..base.clone() },
+        SamplingParams { temperature: 1e-30, repetition_penalty: 1e-6, ..base.clone() },
     ] {
         rig.set(&g, &p, &history, &generated);
         let got = rig.draw(&g, 100);
