@@ -571,8 +571,8 @@ fn text_prefix<S>(st: &SafetensorsModel<S>) -> Result<&'static str> {
 
 /// The LM head to load, as transformers ties it: an untied model's own head; a tied model whose
 /// file also has a head ties only when the two hold the same values (else transformers keeps the
-/// head and warns); no head in the file: the embedding (transformers would start an untied
-/// model's missing head from random values; the embedding is the likelier intent, with a warning).
+/// head and warns); no head in the file: the embedding (`HfModel::open` warns where the config
+/// does not tie).
 async fn head_tensor<S: AsyncSource>(
     st: &SafetensorsModel<S>,
     prefix: &'static str,
