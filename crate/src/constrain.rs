@@ -12,6 +12,8 @@
 
 use std::sync::Arc;
 
+use serde_json::{Map, Value};
+
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
@@ -49,14 +51,8 @@ impl ConstraintSpec {
             ConstraintSpec::JsonObject => {
                 TopLevelGrammar::from_json_schema(compact(serde_json::json!({ "type": "object" })))
             }
-            ConstraintSpec::JsonSchema(s) => {
-                number_bounds(s)?;
-                TopLevelGrammar::from_json_schema(compact(s.clone()))
-            }
-            ConstraintSpec::Lark(g) => {
-                lark_json_bounds(g)?;
-                TopLevelGrammar::from_lark(g.clone())
-            }
+            ConstraintSpec::JsonSchema(s) => TopLevelGrammar::from_json_schema(compact(prepare_schema(s.clone())?)),
+            ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(prepare_lark(g)?),
             ConstraintSpec::Gbnf(g) => TopLevelGrammar::from_lark(crate::gbnf::to_lark(g)?),
             ConstraintSpec::Regex(r) => TopLevelGrammar::from_regex(r),
         })
@@ -74,8 +70,7 @@ impl ConstraintSpec {
 /// JSON written without free whitespace (`{"a": 1, "b": [2]}`), unless the schema sets
 /// llguidance's options itself: with free whitespace a small model can pad the output with
 /// newlines until it runs out of tokens, the known failure of JSON modes.
-fn compact(mut schema: serde_json::Value) -> serde_json::Value {
-    drop_unknown_formats(&mut schema);
+fn compact(mut schema: Value) -> Value {
     if let Some(o) = schema.as_object_mut() {
         o.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_flexible": false }));
     }
@@ -87,85 +82,107 @@ fn compact(mut schema: serde_json::Value) -> serde_json::Value {
 /// integer range at -2^63, and gives up past 2^63 or on floats near 1e308.
 pub const MAX_NUMBER_BOUND: f64 = 9_007_199_254_740_991.0;
 
-/// Number bounds of a JSON schema (and of those it nests) within +-`MAX_NUMBER_BOUND`, and the
-/// numbers of its `const`s and `enum`s too (llguidance compiles each into a range of one).
-fn number_bounds(schema: &serde_json::Value) -> Result<()> {
-    use serde_json::Value;
-    // The first number in a value past the bound, however nested (a const's or an enum's).
-    fn far_number(v: &Value) -> Option<&Value> {
-        match v {
-            Value::Number(n) => n.as_f64().is_some_and(|x| x.abs() > MAX_NUMBER_BOUND).then_some(v),
-            Value::Array(a) => a.iter().find_map(far_number),
-            Value::Object(o) => o.values().find_map(far_number),
-            _ => None,
-        }
-    }
-    let o = match schema {
-        Value::Object(o) => o,
-        // A list of schemas (anyOf, prefixItems, ...); booleans and the rest hold no bounds.
-        Value::Array(a) => return a.iter().try_for_each(number_bounds),
-        _ => return Ok(()),
-    };
-    for (k, child) in o {
-        match k.as_str() {
-            "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "const" | "enum" => {
-                if let Some(x) = far_number(child) {
-                    return Err(Error::InvalidOption(format!(
-                        "JSON schema: {k} {x} is outside the bounds numbers can have here (magnitude at \
-                         most {MAX_NUMBER_BOUND})"
-                    )));
-                }
+/// The largest string length bound llguidance compiles (into a regular expression's repetition,
+/// whose counts are 32-bit).
+const MAX_LENGTH_BOUND: u64 = u32::MAX as u64;
+
+/// A schema as llguidance can compile it, the same for `response_format` and for schemas a Lark
+/// grammar inlines (tool calls): every nested schema's number bounds (and its `const`s' and
+/// `enum`s' numbers, which compile to ranges of one) within +-`MAX_NUMBER_BOUND`; a `maxLength`
+/// no output could reach dropped, a `minLength` none could reach refused; unknown `format`s
+/// dropped.
+fn prepare_schema(mut schema: Value) -> Result<Value> {
+    each_schema(&mut schema, &mut |o| {
+        for k in ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "const", "enum"] {
+            if let Some(x) = o.get(k).and_then(far_number) {
+                return Err(Error::InvalidOption(format!(
+                    "JSON schema: {k} {x} is outside the bounds numbers can have here (magnitude at most \
+                     {MAX_NUMBER_BOUND})"
+                )));
             }
-            // Annotations: values, not schemas.
-            "default" | "examples" => {}
-            // Maps from names to schemas: the names are not keywords.
-            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
-                if let Value::Object(m) = child {
-                    m.values().try_for_each(number_bounds)?;
-                }
-            }
-            _ => number_bounds(child)?,
         }
-    }
-    Ok(())
+        let length = |k: &str| o.get(k).and_then(Value::as_u64).filter(|&n| n > MAX_LENGTH_BOUND);
+        if let Some(n) = length("minLength") {
+            return Err(Error::InvalidOption(format!(
+                "JSON schema: minLength {n} is more than any output can hold (at most {MAX_LENGTH_BOUND})"
+            )));
+        }
+        // No output is 4 GiB long: such a bound is no bound.
+        if length("maxLength").is_some() {
+            o.remove("maxLength");
+        }
+        // `format` is an annotation unless a validator knows it (llguidance would refuse the
+        // schema instead).
+        if o.get("format").and_then(Value::as_str).is_some_and(|f| !KNOWN_FORMATS.contains(&f)) {
+            o.remove("format");
+        }
+        Ok(())
+    })?;
+    Ok(schema)
 }
 
-/// `number_bounds` of every schema a Lark grammar inlines (`%json {...}`, as tool calls do).
-fn lark_json_bounds(grammar: &str) -> Result<()> {
+/// The first number in a value past `MAX_NUMBER_BOUND`, however nested (a const's or an enum's).
+fn far_number(v: &Value) -> Option<&Value> {
+    match v {
+        Value::Number(n) => n.as_f64().is_some_and(|x| x.abs() > MAX_NUMBER_BOUND).then_some(v),
+        Value::Array(a) => a.iter().find_map(far_number),
+        Value::Object(o) => o.values().find_map(far_number),
+        _ => None,
+    }
+}
+
+/// Calls `f` on `v` and on every schema it nests, outermost first. Values (`const`, `enum`,
+/// `default`, `examples`) are not entered, and the names in maps from names to schemas
+/// (`properties`, `$defs`, ...) are names, not keywords.
+fn each_schema(v: &mut Value, f: &mut dyn FnMut(&mut Map<String, Value>) -> Result<()>) -> Result<()> {
+    match v {
+        Value::Object(o) => {
+            f(o)?;
+            for (k, child) in o.iter_mut() {
+                match k.as_str() {
+                    "const" | "enum" | "default" | "examples" => {}
+                    "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                        if let Value::Object(m) = child {
+                            m.values_mut().try_for_each(|s| each_schema(s, f))?;
+                        }
+                    }
+                    _ => each_schema(child, f)?,
+                }
+            }
+            Ok(())
+        }
+        // A list of schemas (anyOf, prefixItems, ...); booleans and the rest hold none.
+        Value::Array(a) => a.iter_mut().try_for_each(|s| each_schema(s, f)),
+        _ => Ok(()),
+    }
+}
+
+/// A Lark grammar with every schema it inlines (`%json {...}`, as tool calls do) prepared as
+/// `prepare_schema` prepares `response_format`'s.
+fn prepare_lark(grammar: &str) -> Result<String> {
+    let mut out = String::with_capacity(grammar.len());
+    let mut done = 0;
     for (at, _) in grammar.match_indices("%json") {
-        let rest = &grammar[at + "%json".len()..];
-        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<serde_json::Value>();
+        let from = at + "%json".len();
+        if from < done {
+            continue;
+        }
+        let mut values = serde_json::Deserializer::from_str(&grammar[from..]).into_iter::<Value>();
         // A schema that does not parse is llguidance's to report.
         if let Some(Ok(schema)) = values.next() {
-            number_bounds(&schema)?;
+            out.push_str(&grammar[done..from]);
+            out.push(' ');
+            out.push_str(&prepare_schema(schema)?.to_string());
+            done = from + values.byte_offset();
         }
     }
-    Ok(())
+    out.push_str(&grammar[done..]);
+    Ok(out)
 }
 
-/// The `format`s llguidance enforces; others (`uri-reference`, OpenAPI's `int64`, ...) are left
-/// out, as JSON Schema treats `format` as an annotation unless a validator knows it (llguidance
-/// would refuse the schema instead).
+/// The `format`s llguidance enforces.
 const KNOWN_FORMATS: &[&str] =
     &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"];
-
-fn drop_unknown_formats(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(o) => {
-            if o.get("format").and_then(|f| f.as_str()).is_some_and(|f| !KNOWN_FORMATS.contains(&f)) {
-                o.remove("format");
-            }
-            for (k, child) in o.iter_mut() {
-                // Values, not schemas: left as they are.
-                if !["const", "enum", "default", "examples"].contains(&k.as_str()) {
-                    drop_unknown_formats(child);
-                }
-            }
-        }
-        serde_json::Value::Array(a) => a.iter_mut().for_each(drop_unknown_formats),
-        _ => {}
-    }
-}
 
 /// A model's vocabulary prepared for constraints (its trie and the parser factory); built once
 /// per engine, in tens of milliseconds.
@@ -307,6 +324,34 @@ mod tests {
         assert!(refused(ConstraintSpec::JsonSchema(json!({"enum": [1, [{"a": -1e19}]]}))).contains("enum"));
         let named = json!({"properties": {"default": {"type": "integer", "minimum": min, "maximum": min}}});
         assert!(refused(ConstraintSpec::JsonSchema(named)).contains("minimum"));
+    }
+
+    #[test]
+    fn string_lengths_past_32_bits() {
+        // maxLength 2^32 failed as "regex parse error: decimal literal invalid".
+        let long = json!({"type": "string", "maxLength": 4294967296u64});
+        assert!(ConstraintSpec::JsonSchema(long.clone()).top_level().is_ok());
+        let mut dropped = super::prepare_schema(json!({"properties": {"s": long}})).unwrap();
+        assert_eq!(dropped["properties"]["s"].as_object_mut().unwrap().remove("maxLength"), None);
+        let at_most = json!({"type": "string", "maxLength": 4294967295u64});
+        assert_eq!(super::prepare_schema(at_most.clone()).unwrap(), at_most);
+        let never = json!({"items": {"type": "string", "minLength": 1u64 << 40}});
+        assert!(refused(ConstraintSpec::JsonSchema(never)).contains("minLength 1099511627776 is more than"));
+    }
+
+    #[test]
+    fn inlined_schemas_are_prepared_like_response_formats() {
+        // A tool's parameters with an unknown format were refused in tool calls only.
+        let tool = json!({"type": "object", "properties": {"u": {"type": "string", "format": "uri-reference",
+            "maxLength": 1u64 << 33}, "n": {"type": "integer", "format": "int64"}}});
+        let g = format!("start: \"<call>\" call \"</call>\"\ncall: %json {tool}\n");
+        let prepared = super::prepare_lark(&g).unwrap();
+        assert!(!prepared.contains("format") && !prepared.contains("maxLength"), "{prepared}");
+        assert!(prepared.starts_with("start: \"<call>\" call \"</call>\"\ncall: %json {") && prepared.ends_with("}\n"));
+        assert!(ConstraintSpec::Lark(g).top_level().is_ok());
+        // Grammars without schemas, and schemas that do not parse, pass through as they are.
+        assert_eq!(super::prepare_lark("start: \"a\" | %json").unwrap(), "start: \"a\" | %json");
+        assert_eq!(super::prepare_lark("start: %json {oops\n").unwrap(), "start: %json {oops\n");
     }
 
     #[test]
