@@ -116,7 +116,18 @@ fn unsupported_versions() {
     for v in [0, 1, 4, 0x0300_0000, u32::MAX] {
         let e = err(Raw::new(v, 0, 0).0);
         assert!(matches!(e, GgufError::UnsupportedVersion { version, .. } if version == v), "{e}");
+        assert_eq!(e.to_string().contains("big-endian"), v == 0x0300_0000, "{e}");
     }
+}
+
+#[test]
+fn truncation_names_where_the_file_ends() {
+    // A file cut right after the version ("needs 8 bytes, the file has 8" read as a contradiction).
+    let e = err(Raw::new(3, 0, 0).0[..8].to_vec());
+    assert_eq!(
+        e.to_string(),
+        format!("{NAME}: truncated: tensor count at byte 8 needs 8 bytes, but the file ends at byte 8")
+    );
 }
 
 #[test]

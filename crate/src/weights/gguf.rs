@@ -34,9 +34,9 @@ pub enum GgufError {
     Empty { name: String },
     #[error("{name}: not a GGUF file (it starts with {found}{hint})")]
     BadMagic { name: String, found: String, hint: &'static str },
-    #[error("{name}: GGUF version {version} is not supported (2 and 3 are)")]
+    #[error("{name}: GGUF version {version} is not supported (2 and 3 are){}", big_endian_hint(*version))]
     UnsupportedVersion { name: String, version: u32 },
-    #[error("{name}: truncated while reading {what} at byte {offset}: needs {need} bytes, the file has {len}")]
+    #[error("{name}: truncated: {what} at byte {offset} needs {need} bytes, but the file ends at byte {len}")]
     Truncated { name: String, what: String, offset: u64, need: u64, len: u64 },
     #[error("{name}: {what} count {count} at byte {offset} cannot fit in the {remaining} bytes that remain")]
     CountTooLarge { name: String, what: String, count: u64, offset: u64, remaining: u64 },
@@ -254,6 +254,15 @@ fn clip(s: &str) -> String {
     }
 }
 
+/// Big-endian GGUF (for s390x) stores the same versions byte-swapped.
+fn big_endian_hint(version: u32) -> &'static str {
+    if (2..=3).contains(&version.swap_bytes()) {
+        " -- this is a big-endian GGUF; ferrolm reads little-endian ones"
+    } else {
+        ""
+    }
+}
+
 fn prealloc<T>(n: u64) -> Vec<T> {
     Vec::with_capacity(n.min(PREALLOC) as usize)
 }
@@ -303,7 +312,7 @@ impl<'a> Reader<'a> {
     /// stay within `limit`.
     fn count(&mut self, what: &str, min_item: u64, limit: u64) -> Result<u64, GgufError> {
         let offset = self.pos;
-        let count = self.u64(what)?;
+        let count = self.u64(&format!("{what} count"))?;
         let remaining = self.remaining();
         if count.checked_mul(min_item).is_none_or(|b| b > remaining) {
             return Err(GgufError::CountTooLarge {
