@@ -264,7 +264,8 @@ export type ChatCompletionStream = AsyncIterableIterator<ChatCompletionChunk> & 
 
 /** OpenAI's embeddings.create request, plus ferrolm's `prompt_name` / `prompt`. */
 export interface EmbeddingRequest {
-  /** A text, texts, token ids, or arrays of token ids (used as given: no special tokens added). */
+  /** A text, texts, token ids, or arrays of token ids (used as given: no special tokens added,
+   * no prompt, not cut: more ids than the model embeds is an InvalidOptionError). */
   input: string | string[] | number[] | number[][];
   model?: string;
   /** Keep the first N dimensions (Matryoshka), re-normalized when the model normalizes. */
@@ -274,7 +275,8 @@ export interface EmbeddingRequest {
   user?: string;
   /** ferrolm: one of the model's named prompts (config_sentence_transformers.json), e.g. 'query'. */
   prompt_name?: string;
-  /** ferrolm: an instruction put before every text; wins over `prompt_name`. */
+  /** ferrolm: an instruction put before every text; wins over `prompt_name`. Either with
+   * token-id inputs is an InvalidOptionError. */
   prompt?: string;
   /** Aborts between batches of 16 inputs. */
   signal?: AbortSignal;

@@ -682,6 +682,12 @@ impl EmbedRequest {
             EmbedInput::Ids(ids) => vec![Input::Ids(ids)],
             EmbedInput::ManyIds(v) => v.iter().map(|i| Input::Ids(i)).collect(),
         };
+        let ids = matches!(self.input, EmbedInput::Ids(_) | EmbedInput::ManyIds(_));
+        if ids && (self.prompt.is_some() || self.prompt_name.is_some()) {
+            return Err(Error::InvalidOption(
+                "embeddings.create: prompt and prompt_name go before texts; token ids are embedded as given".into(),
+            ));
+        }
         if list.is_empty() || list.len() > MAX_INPUTS {
             return Err(Error::InvalidOption(format!(
                 "embeddings.create: input holds {} items (1 to {MAX_INPUTS})",
@@ -798,6 +804,13 @@ impl Engine {
                         text.truncate(cut);
                     }
                     (self.tokenizer()?.encode_wrapped(&text, max_len)?, skip)
+                }
+                // Texts are cut to the pipeline's length; ids the caller chose are not cut.
+                Input::Ids(ids) if ids.len() > max_len => {
+                    return Err(Error::InvalidOption(format!(
+                        "embeddings.create: input {i} has {} token ids, more than the {max_len} this model embeds",
+                        ids.len()
+                    )));
                 }
                 Input::Ids(ids) => (ids.to_vec(), 0),
             };

@@ -148,6 +148,8 @@ fn an_empty_constraint_language_is_one_line() {
     );
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("cannot write /nonexistent-dir/x.gguf"), "{}", stderr(&o));
+    // A borrowed vocabulary of another size is resized, and that is said.
+    assert!(stderr(&o).contains("tokens, the smollm2-135m shape 49152: padded with"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -168,6 +170,9 @@ fn embed_takes_token_ids_as_generate_does() {
     assert!(stderr(&o).contains("--ids: \"x\" is not a token id"), "{}", stderr(&o));
     let o = ferrolm(&["embed", "--model", &m, "--text", "hi", "--ids", "1"], Stdio::null());
     assert_eq!(o.status.code(), Some(2), "texts or ids, not both");
+    let o = ferrolm(&["embed", "--model", &m, "--text", "-", "--text", "-"], Stdio::null());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("give `-` once"), "{}", stderr(&o));
 }
 
 #[test]

@@ -182,6 +182,10 @@ fn request_contract() {
         (json!({ "input": "x", "prompt_name": "nope" }), "\"nope\""),
         (json!({ "input": "x", "encoding_format": "int8" }), "encoding_format"),
         (json!({ "input": [9999] }), "outside the vocabulary"),
+        // Ids are embedded as given: no prompt before them, no cut past max_seq_length (24).
+        (json!({ "input": [2, 3], "prompt_name": "query" }), "token ids are embedded as given"),
+        (json!({ "input": [[2, 3]], "prompt": "q: " }), "token ids are embedded as given"),
+        (json!({ "input": [[2], vec![3; 25]] }), "input 1 has 25 token ids, more than the 24"),
     ];
     for (req, want) in bad {
         let err = run(&mut e, req.clone()).unwrap_err();

@@ -611,6 +611,9 @@ fn embed(
     dimensions: Option<usize>,
     json: bool,
 ) -> Result<()> {
+    if texts.iter().filter(|t| *t == "-").count() > 1 {
+        return Err(Error::InvalidOption("--text -: standard input holds one list of texts; give `-` once".into()));
+    }
     let mut all = Vec::new();
     for t in texts {
         if t == "-" {
@@ -846,6 +849,19 @@ fn make_gguf(
     let ty = synth::parse_type(ty)?;
     let tok_path = tokenizer_from.map(std::path::PathBuf::from).unwrap_or_else(synth::default_tokenizer_path);
     let tok = GgufFile::read(&FileSource::open(&tok_path)?)?;
+    // The borrowed vocabulary takes the shape's size (synth's docs); say so when that changes it.
+    if let Some(n) = tok.get_str_array("tokenizer.ggml.tokens")?.map(|t| t.len() as u64) {
+        let (src, want) = (tok_path.display(), shape.vocab);
+        if n < want {
+            eprintln!("note: {src} has {n} tokens, the {} shape {want}: padded with {} unused ones", shape.name, want - n);
+        } else if n > want {
+            eprintln!(
+                "warning: {src} has {n} tokens, the {} shape {want}: cut to the first {want}, so text that \
+                 needs the others tokenizes differently than with {src}",
+                shape.name
+            );
+        }
+    }
     let opts = synth::SynthOptions { shape, ty, seed, layers, sparse: false };
     let r = synth::write(&opts, &tok, std::path::Path::new(out), &mut |done| eprint!("\r{out}: {} MiB", done >> 20))?;
     eprintln!();
