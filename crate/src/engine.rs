@@ -346,6 +346,13 @@ impl Engine {
                 self.source_name
             )));
         }
+        // Stop strings match decoded text, which needs the vocabulary's text.
+        if !opts.stop.is_empty() && self.tokenizer.is_none() {
+            return Err(Error::InvalidOption(format!(
+                "{} has no tokenizer (tokenizer.json), so stop strings cannot match; stop on token ids instead",
+                self.source_name
+            )));
+        }
         if let Some(&(id, _)) = opts.sampling.logit_bias.iter().find(|(id, _)| *id as usize >= self.rt.cfg.vocab) {
             return Err(Error::InvalidOption(format!(
                 "logit bias names token {id}, outside the vocabulary ({} tokens)",

@@ -254,3 +254,13 @@ fn a_bad_request_file_is_named() {
     assert!(stderr(&o).contains("standard input: "), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn stop_strings_need_a_tokenizer() {
+    // Without one the output has no text to match: it ran to the end and printed nothing.
+    let m = fixture("arch/llama").display().to_string();
+    let args = ["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2", "--stop", "x"];
+    let o = ferrolm(&args, Stdio::null());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("stop strings cannot match"), "{}", stderr(&o));
+}

@@ -853,7 +853,11 @@ fn make_gguf(
     if let Some(n) = tok.get_str_array("tokenizer.ggml.tokens")?.map(|t| t.len() as u64) {
         let (src, want) = (tok_path.display(), shape.vocab);
         if n < want {
-            eprintln!("note: {src} has {n} tokens, the {} shape {want}: padded with {} unused ones", shape.name, want - n);
+            eprintln!(
+                "note: {src} has {n} tokens, the {} shape {want}: padded with {} unused ones",
+                shape.name,
+                want - n
+            );
         } else if n > want {
             eprintln!(
                 "warning: {src} has {n} tokens, the {} shape {want}: cut to the first {want}, so text that \
