@@ -30,11 +30,14 @@ override GH: u32;             // query heads of a block: a divisor of NH / NKV
 override QB: u32;             // tokens of a block; GH * QB <= RMAX
 override QS_LEN: u32;         // GH * QB * HD / 4
 override PS_LEN: u32;         // GH * QB * CH
+override I8_OUT: bool = false; // the output only as the 8-bit matmul reads it; HD a multiple of 32
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k_cache: array<vec4<u32>>;  // the layer's KV buffer, k half
 @group(0) @binding(2) var<storage, read> v_cache: array<u32>;        // the same buffer, v half
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out8: array<u32>;         // I8_OUT: the planes
+@group(0) @binding(6) var<storage, read_write> out8s: array<vec2<f32>>;  // I8_OUT: (d, sum) a block
 
 const CH: u32 = 64u;     // keys a chunk
 const WG: u32 = 256u;
@@ -256,6 +259,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) num_wg: v
         workgroupBarrier();
     }
 
+    if (I8_OUT) {
+        write_i8(t0, h0, acc, l, g, rg, w, tid);
+        return;
+    }
     if (g < rg) {
         for (var ri = 0u; ri < 4u; ri++) {
             let r = g + ri * rg;
@@ -265,6 +272,47 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) num_wg: v
                 let ob = (t * NH + h0 + r % GH) * HD;
                 out[ob + 2u * w] = o.x;
                 out[ob + 2u * w + 1u] = o.y;
+            }
+        }
+    }
+}
+
+// The block's output rows as the output projection's 8-bit kernel reads them (quant_block.wgsl),
+// which spares that matmul a conversion pass over the whole step. The rows go through workgroup
+// memory (q_sh, free once the keys are done) so that eight neighbouring invocations hold a
+// 32-value block: a head's HD values of a token are whole blocks of the projection's input row.
+fn write_i8(t0: u32, h0: u32, acc: array<vec2<f32>, 4>, l: array<f32, 4>, g: u32, rg: u32, w: u32,
+            tid: u32) {
+    let R = GH * QB;
+    let hd4 = HD / 4u;
+    if (g < rg) {
+        for (var ri = 0u; ri < 4u; ri++) {
+            let r = g + ri * rg;
+            if (r < R) {
+                let o = acc[ri] * select(0.0, 1.0 / l[ri], l[ri] > 0.0);
+                let qi = min(r * hd4 + w / 2u, QS_LEN - 1u);
+                q_sh[qi][2u * (w % 2u)] = o.x;
+                q_sh[qi][2u * (w % 2u) + 1u] = o.y;
+            }
+        }
+    }
+    workgroupBarrier();
+    let nv = R * hd4;
+    // A trip count the same for every invocation: quant_part's barriers.
+    for (var i0 = 0u; i0 < nv; i0 += WG) {
+        let i = i0 + tid;
+        let p = quant_part(q_sh[min(i, nv - 1u)], tid);
+        let r = i / hd4;
+        let t = t0 + r / GH;
+        if (i < nv && t < step.n_tokens) {
+            let e = (t * NH + h0 + r % GH) * HD + 4u * (i % hd4);
+            let b = e / 32u;
+            let part = (e / 4u) % 8u;
+            let pw = plane_words(b, part);
+            out8[pw.x] = p.c;
+            out8[pw.y] = p.f;
+            if (part == 0u) {
+                out8s[b] = p.ds;
             }
         }
     }

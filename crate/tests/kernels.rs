@@ -888,7 +888,7 @@ fn attention_causal_gqa() {
         let splits =
             attention::KeySplits { part: &poisoned(&g, 4), keys: attention::split_keys(ctx, nh, t), max_tokens: t };
         run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| {
-            attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits)
+            attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits, None)
         });
         assert_close(
             &read(&g, &ob, want.len()),
@@ -897,6 +897,19 @@ fn attention_causal_gqa() {
             1e-4,
             &format!("attention hd={hd} nh={nh} nkv={nkv} t={t} pos0={pos0} window={window} softcap={softcap} causal={causal}"),
         );
+        // The output projection's 8-bit input written by attention itself: the very planes the
+        // conversion pass makes of the f32 output.
+        if hd % 32 == 0 {
+            let (want, want_s) = planes_of(&g, &ob, t, nh * hd);
+            let (q, s) = planes(&g, t, nh * hd);
+            run(&g, f32_only, [t as u32, pos0 as u32, 0], |rec| {
+                assert!(attention::prefill_writes_i8(rec, &h));
+                attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits, Some(Ready::I8(&q, &s)))
+            });
+            let what = format!("attention I8_OUT hd={hd} nh={nh} nkv={nkv} t={t} pos0={pos0}");
+            assert_eq!(read_u32(&g, &q, t * nh * hd / 2), want, "{what}: planes");
+            assert_eq!(read_u32(&g, &s, t * nh * hd / 16), want_s, "{what}: block pairs");
+        }
     }
 }
 
@@ -941,7 +954,7 @@ fn attention_coop_matches_reference() {
         let splits = attention::KeySplits { part: &part, keys, max_tokens: t };
         run(&g, Caps::of(&g), [t as u32, pos0 as u32, 0], |rec| {
             assert!(h.on_matrix_units(rec), "hd={hd} ctx={ctx}: not the matrix-unit kernel");
-            attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits)
+            attention::prefill(rec, h, causal, (&qb, &kvb, &ob), splits, None)
         });
         assert_close(
             &read(&g, &ob, want.len()),

@@ -226,7 +226,15 @@ impl Kernel {
                 &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform), Some(ReadWrite)]
             }
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
-            Kernel::Attention => &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), None, Some(Uniform)],
+            Kernel::Attention => &[
+                Some(Read),
+                Some(Read),
+                Some(Read),
+                Some(ReadWrite),
+                Some(ReadWrite),
+                Some(Uniform),
+                Some(ReadWrite),
+            ],
             Kernel::AttentionCoop => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), Some(Uniform)]
             }
@@ -421,7 +429,7 @@ impl Pipelines {
         if matches!(k, Kernel::RmsNorm | Kernel::FfnAct) {
             code.push_str(&PACK_H2.text());
         }
-        if matches!(k, Kernel::RmsNorm | Kernel::FfnAct | Kernel::QuantRows) {
+        if matches!(k, Kernel::RmsNorm | Kernel::FfnAct | Kernel::QuantRows | Kernel::Attention) {
             code.push_str(&QUANT_BLOCK.text());
         }
         code.push_str(&src.body.text());

@@ -547,7 +547,18 @@ impl<'a> Model<'a> {
             matmul::matmul(r, MatMul { bias, a_ready, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
             let h = self.heads(i);
             self.rope_kv(r, i, h);
-            attention::prefill(r, h, cfg.causal, (&bf.qkv, &bf.kv[i], &bf.attn), bf.key_splits());
+            // Attention writes the output projection's 8-bit input itself, unless a gate or a
+            // sub-norm comes between.
+            let o_ready = match self.ready_for(r, &lw.wo) {
+                Some(ready @ Ready::I8(..))
+                    if attention::prefill_writes_i8(r, &h) && !cfg.attn_gate && off.attn_sub_norm.is_none() =>
+                {
+                    Some(ready)
+                }
+                _ => None,
+            };
+            let bufs = (&bf.qkv, &bf.kv[i], &bf.attn);
+            attention::prefill(r, h, cfg.causal, bufs, bf.key_splits(), o_ready);
             self.attn_gate(r);
             // BitNet's sub-norm of the attention output before the projection.
             let o_in = match off.attn_sub_norm {
@@ -557,8 +568,8 @@ impl<'a> Model<'a> {
                 }
                 None => &bf.attn,
             };
-            let bias = off.o_bias;
-            matmul::matmul(r, MatMul { bias, accumulate, ..self.mm("o", &lw.wo, o_in, out, &lw.vecs) });
+            let (bias, a_ready) = (off.o_bias, o_ready.is_some());
+            matmul::matmul(r, MatMul { bias, accumulate, a_ready, ..self.mm("o", &lw.wo, o_in, out, &lw.vecs) });
         }
         self.post_norm(r, lw, off.post_attn_norm);
         let ready = self.ready_for(r, &lw.w_gate_up);

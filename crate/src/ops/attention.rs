@@ -3,6 +3,7 @@
 //! chunks of the cache (attn_decode.wgsl) with its merge (attn_combine.wgsl, or inside the
 //! kernel, or inside the output projection: `matvec::Merge`), and Qwen3.5's output gate.
 
+use super::matmul::Ready;
 use super::matvec::Norm;
 use super::{flag, Grid, Recorder};
 use crate::gpu::Kernel;
@@ -134,17 +135,30 @@ impl QueryRows {
     }
 }
 
+/// Whether prefill attention can leave its output as the 8-bit matmul reads it
+/// (`Ready::I8`), sparing the output projection its conversion pass: the portable kernel, with
+/// heads of whole 32-value blocks.
+pub fn prefill_writes_i8(r: &Recorder, h: &Heads) -> bool {
+    !h.on_matrix_units(r) && h.head_dim.is_multiple_of(32)
+}
+
 /// Prefill: out = softmax(q·kᵀ) · v for every query of the step against the cache (`causal`:
 /// each only up to its own position); on matrix units with the cache's keys in `splits`.
+/// With `ready` (8-bit planes, where `prefill_writes_i8`) the output is written only in them.
 pub fn prefill(
     r: &mut Recorder,
     h: Heads,
     causal: bool,
     (qkv, kv, out): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
     splits: KeySplits,
+    ready: Option<Ready>,
 ) {
     let mut consts = h.consts();
     consts.extend([("QSTRIDE", h.q_stride as f64), ("CAUSAL", flag(causal))]);
+    assert!(
+        ready.is_none() || (matches!(ready, Some(Ready::I8(..))) && prefill_writes_i8(r, &h)),
+        "attention writes 8-bit planes from the portable kernel only"
+    );
     if !h.on_matrix_units(r) {
         let b = QueryRows::of(&h);
         consts.extend([
@@ -152,10 +166,13 @@ pub fn prefill(
             ("QB", b.tokens as f64),
             ("QS_LEN", (b.rows() * h.head_dim / 4) as f64),
             ("PS_LEN", (b.rows() * 64) as f64),
+            ("I8_OUT", flag(ready.is_some())),
         ]);
         let grid =
             Grid::Tiles { n: (h.kv_heads * b.blocks_per_kv_head(&h)) as u32, tile_n: 1, tile_m: b.tokens as u32 };
-        r.push("attention", Kernel::Attention, &consts, &[(0, qkv), (1, kv), (2, kv), (3, out)], grid);
+        let (q8, s8) = Ready::buffers(ready, &r.unused);
+        let bufs = [(0, qkv), (1, kv), (2, kv), (3, out), (4, &q8), (6, &s8)];
+        r.push("attention", Kernel::Attention, &consts, &bufs, grid);
         return;
     }
     let keys = splits.keys as u32;
