@@ -20,11 +20,17 @@
 // adapter gives 40 KiB of workgroup memory; the matrices store a result two words a lane, and
 // at 16 words four of a subgroup's rows share banks: Chromium on an H200, the 1B shape's
 // gate+up 10.84 -> 9.70 ms; else 16, 32 KiB in all). TILE = 16 TS.
+// GLU (W = [gate; up], F = N / 2 units, a multiple of 32): a tile's 64 columns are the gate rows
+// of 32 units and then their up rows, and instead of C it writes glu(gate, up) (glu.wgsl) as the
+// down projection's 8-bit input (quant_block.wgsl: a token's 32 units are one block), which
+// spares prefill the GLU pass and the [gate; up] rows' round trip through memory.
 // Bindings: 0 W words, 1 W block meta (layout.wgsl), 2 A's bytes (per block 8 words of c, 8 of
-// f), 3 C, 4 vecs (biases), 5 step, 6 A's per-block (d_a, sum).
+// f), 3 C, 4 vecs (biases), 5 step, 6 A's per-block (d_a, sum); with GLU 7 the output's planes,
+// 8 its per-block (d, sum).
 // Dispatch: Tiles(N): (ceil(N / 64), ceil(tokens / 64)).
 
 override K: u32;   // a multiple of 64 (two blocks a step)
+override GLU: bool = false;
 
 const KB: u32 = 2u;      // blocks a K step
 const RS: u32 = 20u;     // staged W row stride in words: KB * 8 and 16 bytes of padding
@@ -32,13 +38,26 @@ const RSA: u32 = 36u;    // staged A row stride: KB * (8 words of c, 8 of f) and
 
 var<workgroup> a_sh: array<i32, 2304>;         // [64 tokens][RSA]
 var<workgroup> w_sh: array<i32, 1280>;         // [64 rows][RS]
-var<workgroup> as_sh: array<vec2<f32>, 128>;   // [64 tokens][KB] (d_a, sum)
-var<workgroup> ws_sh: array<vec2<f32>, 128>;   // [64 rows][KB] (scale, offset)
+// The blocks' pairs live in quant_block.wgsl's qpart_sh: A's [64 tokens][KB] (d_a, sum) in the
+// first half, W's [64 rows][KB] (scale, offset) in the second; the GLU epilogue's quant_part
+// takes the array back once the K loop is done.
 var<workgroup> scratch: array<i32, 16u * TILE>;  // [4 subgroups][4 products][16][TS]
 
 @group(0) @binding(0) var<storage, read> w_vec: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> a_q: array<vec4<u32>>;
 @group(0) @binding(6) var<storage, read> a_s: array<vec2<f32>>;
+@group(0) @binding(7) var<storage, read_write> h8: array<u32>;
+@group(0) @binding(8) var<storage, read_write> h8s: array<vec2<f32>>;
+
+// The weight row of the tile's column c (tiles at n0 = 64 x): rows in order, or with GLU the
+// gate rows of units 32 x .. 32 x + 31, then their up rows.
+fn w_row(n0: u32, c: u32) -> u32 {
+    if (GLU) {
+        let f = N / 2u;
+        return min(n0 / 2u + c % 32u, f - 1u) + (c / 32u) * f;
+    }
+    return min(n0 + c, N - 1u);
+}
 
 // Four nibbles (the low 16 bits) as four bytes.
 fn spread(x: u32) -> i32 {
@@ -74,7 +93,7 @@ fn load_step(t0: u32, n0: u32, kb0: u32, li: u32) -> Staged {
     st.a2 = load_a(t0, kb0, li + 256u);
     st.a3 = load_a(t0, kb0, li + 384u);
     // Row n's block j: invocation li takes row li / KB, block li % KB.
-    let n = min(n0 + li / KB, N - 1u);
+    let n = w_row(n0, li / KB);
     let b = kb0 + li % KB;
     let i = n * (K / 32u) + b;
     if (LAYOUT == 3u) {
@@ -130,8 +149,8 @@ fn put_step(st: Staged, li: u32) {
         put_w(d, st.w0);
         put_w(d + 4u, st.w1);
     }
-    ws_sh[li % 128u] = st.ws;
-    as_sh[li % 128u] = st.s;
+    qpart_sh[128u + li % 128u] = st.ws;
+    qpart_sh[li % 128u] = st.s;
 }
 
 @compute @workgroup_size(128)
@@ -156,12 +175,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             workgroupBarrier();
             for (var p = 0u; p < 4u; p++) {
                 let n = sn + (p % 2u) * 16u + lane % 16u;
-                let ws = ws_sh[n * KB + j];
+                let ws = qpart_sh[128u + n * KB + j];
                 for (var i = 0u; i < 8u; i++) {
                     // The two half-subgroups read rows PAIR apart: TS * PAIR words, 16 banks.
                     let r = i % PAIR + 2u * PAIR * (i / PAIR) + PAIR * (lane / 16u);
                     let m = sm + (p / 2u) * 16u + r;
-                    let a = as_sh[m * KB + j];
+                    let a = qpart_sh[m * KB + j];
                     let v = f32(scratch[(sg * 4u + p) * TILE + r * TS + lane % 16u]);
                     acc[p * 8u + i] += ws.x * (a.x * v) + ws.y * a.y;
                 }
@@ -183,6 +202,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
     }
     workgroupBarrier();
+    if (GLU) {
+        glu_out(t0, wg.x, li);
+        return;
+    }
     for (var i = 0u; i < 8u; i++) {
         let idx = lane + 32u * i;
         let row = idx / 8u;
@@ -190,5 +213,39 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let o = base + row * 32u + col;
         let v = bitcast<vec4<f32>>(vec4<i32>(scratch[o], scratch[o + 1u], scratch[o + 2u], scratch[o + 3u]));
         store(t0 + sm + row, n0 + sn + col, v);
+    }
+}
+
+// With GLU: the tile's 64 tokens x 32 units from the quarters in `scratch` (subgroup 2 i: the
+// gate rows of tokens 32 i .., 2 i + 1: their up rows; 32 x 32 each), eight invocations a token's
+// block of 32 units, four units each.
+fn glu_out(t0: u32, x: u32, li: u32) {
+    let f = N / 2u;
+    let part = li % 8u;
+    let unit = 32u * x + 4u * part;
+    var gb = vec4<f32>(0.0);
+    var ub = vec4<f32>(0.0);
+    if (HAS_BIAS) {
+        let j = BIAS_OFF + min(unit, f - 4u);
+        gb = vec4<f32>(vecs[j], vecs[j + 1u], vecs[j + 2u], vecs[j + 3u]);
+        ub = vec4<f32>(vecs[j + f], vecs[j + f + 1u], vecs[j + f + 2u], vecs[j + f + 3u]);
+    }
+    for (var r0 = 0u; r0 < 64u; r0 += 16u) {
+        let row = r0 + li / 8u;
+        let o = (row / 32u) * 8u * TILE + (row % 32u) * 32u + 4u * part;
+        let g = bitcast<vec4<f32>>(vec4<i32>(scratch[o], scratch[o + 1u], scratch[o + 2u], scratch[o + 3u])) + gb;
+        let p = o + 4u * TILE;
+        let u = bitcast<vec4<f32>>(vec4<i32>(scratch[p], scratch[p + 1u], scratch[p + 2u], scratch[p + 3u])) + ub;
+        let q = quant_part(vec4<f32>(glu(g.x, u.x), glu(g.y, u.y), glu(g.z, u.z), glu(g.w, u.w)), li);
+        let t = t0 + row;
+        if (t < step.n_tokens && unit < f) {
+            let b = t * (f / 32u) + x;
+            let pw = plane_words(b, part);
+            h8[pw.x] = q.c;
+            h8[pw.y] = q.f;
+            if (part == 0u) {
+                h8s[b] = q.ds;
+            }
+        }
     }
 }

@@ -9,7 +9,9 @@
 // words (words lid % 8 of each plane; a block is 16 words, c0..c7 then f0..f7) and the block's
 // (d, sum), the sum taken over the parts in order. Neighbouring invocations read neighbouring
 // values (one invocation a block read them 128 bytes apart and cost more than the pass it
-// saved). Every invocation of the 256-wide workgroup must call it (barriers).
+// saved). Every invocation of the workgroup (at most 256) must call it (barriers).
+// matmul_i8.wgsl keeps its blocks' pairs in qpart_sh while its K loop runs (its GLU epilogue
+// calls quant_part after): one array of 2 KiB for both, within 32 KiB adapters' limit.
 var<workgroup> qpart_sh: array<vec2<f32>, 256>;
 
 struct QPart {

@@ -538,19 +538,6 @@ fn xc_of(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, a4: vec4<f3
               dot(a4 + a5 + a6 + a7, one));
 }
 
-// The GLU's activation of a gate value times its up value.
-override GELU: bool = false;
-override RELU2: bool = false;   // BitNet's relu(x)^2
-fn glu(gt: f32, up: f32) -> f32 {
-    if (GELU) {
-        return 0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt))) * up;
-    }
-    if (RELU2) {
-        return max(gt, 0.0) * max(gt, 0.0) * up;
-    }
-    return gt / (1.0 + exp(-gt)) * up;
-}
-
 var<workgroup> parts: array<vec4<f32>, 32>;
 
 // Row group `lid / 32`'s reduced dots `v`, summed over the S slices of its rows (every

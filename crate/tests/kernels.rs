@@ -210,6 +210,7 @@ fn check_linear(
                     a8: &a8,
                     a8s: &a8s,
                     tile,
+                    glu: None,
                 },
             );
         }
@@ -1015,6 +1016,54 @@ fn ffn_activations() {
         });
         assert_eq!(read_u32(&g, &q, t * f8 / 2), want, "glu I8_OUT planes gelu={gelu}");
         assert_eq!(read_u32(&g, &s, t * f8 / 16), want_s, "glu I8_OUT block pairs gelu={gelu}");
+    }
+}
+
+/// The 8-bit matmul's GLU epilogue (matmul_i8.wgsl GLU): the down projection's 8-bit input,
+/// bit for bit what the matmul's f32 [gate; up] rows and then ffn_act.wgsl's I8_OUT give.
+#[test]
+fn i8_matmul_glu_epilogue() {
+    let g = gpu();
+    let mut r = R::new();
+    // 70 tokens (a partial tile), 96 units (three tiles of 32), with and without a bias.
+    for (l, gelu, with_bias) in [(L::Q4, false, true), (L::Q8(32), true, false), (L::Q4h, false, false)] {
+        let (m, f, k) = (70usize, 96usize, 128usize);
+        let (words, meta, _) = random_matrix(&mut r, l, 2 * f, k);
+        let w = gpu_matrix(&g, l, (&words, &meta), 2 * f, k);
+        let vb = buf_f32(&g, &[vec![9.0; 3], r.vec(2 * f)].concat());
+        let xb = buf_f32(&g, &r.vec(m * k));
+        let (a8_bytes, a8s_bytes) = matmul::a8_bytes(k, m);
+        let (a8, a8s) = (poisoned(&g, a8_bytes as usize / 4), poisoned(&g, a8s_bytes as usize / 4));
+        let (gub, hb, unused) = (poisoned(&g, m * 2 * f), poisoned(&g, m * f), poisoned(&g, 4));
+        let act = Act { gelu, relu2: false };
+        let mm = |c, glu| MatMul {
+            label: "gate+up",
+            w: &w,
+            a: &xb,
+            c,
+            vecs: &vb,
+            bias: with_bias.then_some(3),
+            accumulate: false,
+            a16: &unused,
+            a_ready: false,
+            part: &unused,
+            a8: &a8,
+            a8s: &a8s,
+            tile: Some(Tile::I8),
+            glu,
+        };
+        let (want, want_s) = planes(&g, m, f);
+        run(&g, caps(&g, false), [m as u32, 0, 0], |rec| {
+            matmul::matmul(rec, mm(&gub, None));
+            elementwise::glu(rec, f, act, &gub, &hb, Some(Ready::I8(&want, &want_s)))
+        });
+        let (q, s) = planes(&g, m, f);
+        run(&g, caps(&g, false), [m as u32, 0, 0], |rec| {
+            matmul::matmul(rec, mm(&unused, Some((act, Ready::I8(&q, &s)))))
+        });
+        let what = format!("GLU epilogue {l:?} gelu={gelu} bias={with_bias}");
+        assert_eq!(read_u32(&g, &q, m * f / 2), read_u32(&g, &want, m * f / 2), "{what}: planes");
+        assert_eq!(read_u32(&g, &s, m * f / 16), read_u32(&g, &want_s, m * f / 16), "{what}: block pairs");
     }
 }
 

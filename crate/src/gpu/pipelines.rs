@@ -44,6 +44,7 @@ const MATMUL_F16: File = shader!("matmul_f16.wgsl");
 const ROPE: File = shader!("rope.wgsl");
 const PACK_H2: File = shader!("pack_h2.wgsl");
 const QUANT_BLOCK: File = shader!("quant_block.wgsl");
+const GLU: File = shader!("glu.wgsl");
 const I8_SMX: File = shader!("i8_smx.wgsl");
 const I8_DOT: File = shader!("i8_dot.wgsl");
 /// `enable` directives of the matrix-unit kernels and of to_f16.wgsl; they must open the
@@ -204,9 +205,17 @@ impl Kernel {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform), Some(ReadWrite)]
             }
             Kernel::MatMulSum => &[None, None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
-            Kernel::MatMulI8 => {
-                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)]
-            }
+            Kernel::MatMulI8 => &[
+                Some(Read),
+                Some(Read),
+                Some(Read),
+                Some(ReadWrite),
+                Some(Read),
+                Some(Uniform),
+                Some(Read),
+                Some(ReadWrite),
+                Some(ReadWrite),
+            ],
             Kernel::QuantRows => &[Some(Read), Some(ReadWrite), Some(ReadWrite), None, None, Some(Uniform)],
             Kernel::QkvRope => &[
                 Some(Read),
@@ -226,15 +235,9 @@ impl Kernel {
                 &[Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), None, Some(Uniform), Some(ReadWrite)]
             }
             Kernel::RopeKv => &[Some(ReadWrite), None, None, Some(ReadWrite), Some(Read), Some(Uniform), Some(Read)],
-            Kernel::Attention => &[
-                Some(Read),
-                Some(Read),
-                Some(Read),
-                Some(ReadWrite),
-                Some(ReadWrite),
-                Some(Uniform),
-                Some(ReadWrite),
-            ],
+            Kernel::Attention => {
+                &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), Some(Uniform), Some(ReadWrite)]
+            }
             Kernel::AttentionCoop => {
                 &[Some(Read), Some(Read), Some(Read), Some(ReadWrite), Some(ReadWrite), Some(Uniform)]
             }
@@ -409,6 +412,9 @@ impl Pipelines {
         if src.reduce {
             code.push_str(&ROWDOT.text());
         }
+        if src.reduce || matches!(k, Kernel::FfnAct | Kernel::MatMulI8) {
+            code.push_str(&GLU.text());
+        }
         if src.merge {
             code.push_str(&ATTN_MERGE.text());
         }
@@ -429,7 +435,7 @@ impl Pipelines {
         if matches!(k, Kernel::RmsNorm | Kernel::FfnAct) {
             code.push_str(&PACK_H2.text());
         }
-        if matches!(k, Kernel::RmsNorm | Kernel::FfnAct | Kernel::QuantRows | Kernel::Attention) {
+        if matches!(k, Kernel::RmsNorm | Kernel::FfnAct | Kernel::QuantRows | Kernel::Attention | Kernel::MatMulI8) {
             code.push_str(&QUANT_BLOCK.text());
         }
         code.push_str(&src.body.text());

@@ -107,6 +107,10 @@ pub struct Buffers {
     /// quantized matmuls run on 8-bit subgroup matrices (16-byte placeholders elsewhere).
     pub a8: wgpu::Buffer,
     pub a8s: wgpu::Buffer,
+    /// The down projection's 8-bit input where the gate+up matmul writes it (its GLU epilogue),
+    /// apart from `a8` and `a8s`, which that matmul is still reading.
+    pub h8: wgpu::Buffer,
+    pub h8s: wgpu::Buffer,
     /// Prefill attention's key splits on matrix units (`key_splits`; a 16-byte placeholder
     /// where the context needs one split or the adapter has no matrix units), of this many keys.
     pub attn_part: wgpu::Buffer,
@@ -124,6 +128,8 @@ impl Buffers {
         let f = 4u64;
         let (a8_bytes, a8s_bytes) =
             if gpu.pipelines.i8_prefill { matmul::a8_bytes(matmul_input_width(cfg), max_tokens) } else { (16, 16) };
+        let (h8_bytes, h8s_bytes) =
+            if gpu.pipelines.i8_prefill { matmul::a8_bytes(cfg.ffn, max_tokens) } else { (16, 16) };
         let mut bytes = 0u64;
         let mut buf = |label: &str, n: u64| -> Result<wgpu::Buffer> {
             bytes += n;
@@ -215,6 +221,8 @@ impl Buffers {
             max_tokens,
             a8: buf("a8", a8_bytes.max(16))?,
             a8s: buf("a8 scales", a8s_bytes.max(16))?,
+            h8: buf("h8", h8_bytes.max(16))?,
+            h8s: buf("h8 scales", h8s_bytes.max(16))?,
             tmp: buf("tmp", t * h * f)?,
             part: buf("attn partials", (cfg.n_heads * context.div_ceil(64) * (cfg.head_dim + 4)) as u64 * f)?,
             done: buf("attn splits done", cfg.n_heads as u64 * 4)?,
@@ -338,6 +346,7 @@ impl<'a> Model<'a> {
             a8: &self.bf.a8,
             a8s: &self.bf.a8s,
             tile: None,
+            glu: None,
         }
     }
 
@@ -578,11 +587,20 @@ impl<'a> Model<'a> {
             NormRows { ready, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden) },
         );
         let (bias, a_ready) = (off.gate_up_bias, ready.is_some());
-        matmul::matmul(r, MatMul { bias, a_ready, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) });
+        let gate_up = MatMul { bias, a_ready, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) };
         // The GLU writes the down projection's input as its kernel reads it, unless a sub-norm
-        // comes between.
+        // comes between; where the 8-bit kernel takes both matrices, inside the gate+up matmul.
         let ready = self.ready_for(r, &lw.w_down).filter(|_| off.ffn_sub_norm.is_none());
-        elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h, ready);
+        let fused = matches!(ready, Some(Ready::I8(..)))
+            && matmul::tile_for(r, &lw.w_gate_up) == matmul::Tile::I8
+            && cfg.ffn.is_multiple_of(32);
+        if fused {
+            let h = Ready::I8(&bf.h8, &bf.h8s);
+            matmul::matmul(r, MatMul { glu: Some((self.act(), h)), ..gate_up });
+        } else {
+            matmul::matmul(r, gate_up);
+            elementwise::glu(r, cfg.ffn, self.act(), &bf.gu, &bf.h, ready);
+        }
         let down_in = match off.ffn_sub_norm {
             Some(at) => {
                 elementwise::rmsnorm(r, self.norm_rows("sub norm", (&bf.h, &lw.vecs, at, &bf.gu), cfg.ffn));
@@ -591,7 +609,9 @@ impl<'a> Model<'a> {
             None => &bf.h,
         };
         let (bias, a_ready) = (off.down_bias, ready.is_some());
-        matmul::matmul(r, MatMul { bias, accumulate, a_ready, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) });
+        let down = MatMul { bias, accumulate, a_ready, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) };
+        let (a8, a8s) = if fused { (&bf.h8, &bf.h8s) } else { (down.a8, down.a8s) };
+        matmul::matmul(r, MatMul { a8, a8s, ..down });
         self.post_norm(r, lw, off.post_ffn_norm);
     }
 

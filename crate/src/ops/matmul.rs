@@ -5,6 +5,7 @@
 //! browsers with 8-bit subgroup matrices, quantized weights times a in 8 bits (matmul_i8.wgsl),
 //! as its producer or quant_rows.wgsl leaves it.
 
+use super::matvec::Act;
 use super::{flag, Grid, Recorder};
 use crate::gpu::Kernel;
 use crate::model::weights::GpuMatrix;
@@ -167,6 +168,9 @@ pub struct MatMul<'a> {
     pub a8s: &'a wgpu::Buffer,
     /// The kernel to take (tests); `None`: as the adapter and the matrix's shape suggest.
     pub tile: Option<Tile>,
+    /// W = [gate; up] (whole 32-unit blocks) on the 8-bit kernel: instead of C, glu(gate, up)
+    /// as the next 8-bit matmul reads it (`Ready::I8`), with this activation.
+    pub glu: Option<(Act, Ready<'a>)>,
 }
 
 /// Whether the 8-bit kernel can take `w`: Q4 or Q8 blocks of whole 32-element steps, and rows
@@ -226,12 +230,19 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
         Tile::Wide => (Kernel::MatMulWide, Grid::SplitTiles { n, splits }, m.a16),
         Tile::I8 => (Kernel::MatMulI8, tiles(MATMUL_TILE_N, MATMUL_TILE_M), m.a8),
     };
+    assert!(
+        m.glu.is_none_or(|(_, h)| tile == Tile::I8 && matches!(h, Ready::I8(..)) && w.rows.is_multiple_of(64)),
+        "the GLU epilogue: the 8-bit kernel, [gate; up] of whole 32-unit blocks, 8-bit output"
+    );
     if tile == Tile::I8 {
         r.workgroup_bytes(i8_workgroup_storage(r.gpu.pipelines.i8_scratch_row));
         if !m.a_ready {
             quant_rows(r, w.cols, m.a, m.a8, m.a8s);
         }
-        let bufs = [(0, &w.words), (1, &w.meta), (2, m.a8), (3, m.c), (4, m.vecs), (6, m.a8s)];
+        let act = m.glu.map(|(a, _)| a).unwrap_or_default();
+        let consts = [&consts[..], &[("GLU", flag(m.glu.is_some()))], &act.consts()].concat();
+        let (h8, h8s) = Ready::buffers(m.glu.map(|(_, h)| h), &r.unused);
+        let bufs = [(0, &w.words), (1, &w.meta), (2, m.a8), (3, m.c), (4, m.vecs), (6, m.a8s), (7, &h8), (8, &h8s)];
         r.push(m.label, kernel, &consts, &bufs, grid);
         return;
     }
