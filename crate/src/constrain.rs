@@ -34,6 +34,9 @@ pub enum ConstraintSpec {
     Gbnf(String),
     /// Text matching this regular expression.
     Regex(String),
+    /// A forced tool call: a Lark grammar that inlines the tools' parameter schemas
+    /// (`chat::tools::forced_call_grammar`); errors speak of the tools, not of a grammar.
+    ToolCall(String),
 }
 
 impl ConstraintSpec {
@@ -52,7 +55,7 @@ impl ConstraintSpec {
                 TopLevelGrammar::from_json_schema(compact(serde_json::json!({ "type": "object" })))
             }
             ConstraintSpec::JsonSchema(s) => TopLevelGrammar::from_json_schema(compact(prepare_schema(s.clone())?)),
-            ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(prepare_lark(g)?),
+            ConstraintSpec::Lark(g) | ConstraintSpec::ToolCall(g) => TopLevelGrammar::from_lark(prepare_lark(g)?),
             ConstraintSpec::Gbnf(g) => TopLevelGrammar::from_lark(crate::gbnf::to_lark(g)?),
             ConstraintSpec::Regex(r) => TopLevelGrammar::from_regex(r),
         })
@@ -63,6 +66,7 @@ impl ConstraintSpec {
             ConstraintSpec::JsonObject | ConstraintSpec::JsonSchema(_) => "JSON schema",
             ConstraintSpec::Lark(_) | ConstraintSpec::Gbnf(_) => "grammar",
             ConstraintSpec::Regex(_) => "regular expression",
+            ConstraintSpec::ToolCall(_) => "tools",
         }
     }
 }
@@ -134,7 +138,7 @@ fn far_number(v: &Value) -> Option<&Value> {
 /// Calls `f` on `v` and on every schema it nests, outermost first. Values (`const`, `enum`,
 /// `default`, `examples`) are not entered, and the names in maps from names to schemas
 /// (`properties`, `$defs`, ...) are names, not keywords.
-fn each_schema(v: &mut Value, f: &mut dyn FnMut(&mut Map<String, Value>) -> Result<()>) -> Result<()> {
+pub(crate) fn each_schema(v: &mut Value, f: &mut dyn FnMut(&mut Map<String, Value>) -> Result<()>) -> Result<()> {
     match v {
         Value::Object(o) => {
             f(o)?;
@@ -225,7 +229,17 @@ impl Constraint {
         let what = spec.what();
         let m = Matcher::new(env.factory.create_parser(spec.top_level()?));
         if let Some(e) = m.get_error() {
-            return Err(Error::InvalidOption(format!("{what}: {}", plain(&e))));
+            let msg = plain(&e);
+            // A position in the grammar we wrote around the tools' schemas means nothing to
+            // the caller ("at 2(7): failed to compile JSON schema: ...").
+            let msg = match spec {
+                ConstraintSpec::ToolCall(_) => msg
+                    .split_once("): ")
+                    .filter(|(at, _)| at.starts_with("at "))
+                    .map_or(msg.clone(), |(_, m)| m.to_string()),
+                _ => msg,
+            };
+            return Err(Error::InvalidOption(format!("{what}: {msg}")));
         }
         Ok(Constraint { m, vocab: env.vocab, what })
     }

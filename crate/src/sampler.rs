@@ -29,13 +29,20 @@ pub struct SamplingParams {
     pub seed: u64,
 }
 
+/// A `logit_bias` key as a token id: decimal digits only, without leading zeros (u32's parser
+/// also takes "+5", and "05" beside "5" would name one token twice).
+pub fn bias_key(k: &str) -> Option<u32> {
+    let canonical = !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) && (k == "0" || !k.starts_with('0'));
+    k.parse().ok().filter(|_| canonical)
+}
+
 /// `{tokenId: bias}` (OpenAI's `logit_bias`) as (id, bias) pairs in key order.
 fn bias_map<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<(u32, f32)>, D::Error> {
     let map: std::collections::BTreeMap<String, f32> = serde::Deserialize::deserialize(d)?;
     map.into_iter()
-        .map(|(k, v)| match k.parse() {
-            Ok(id) => Ok((id, v)),
-            Err(_) => Err(serde::de::Error::custom(format!("logitBias key {k:?} is not a token id"))),
+        .map(|(k, v)| match bias_key(&k) {
+            Some(id) => Ok((id, v)),
+            None => Err(serde::de::Error::custom(format!("logitBias key {k:?} is not a token id"))),
         })
         .collect()
 }

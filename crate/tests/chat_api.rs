@@ -166,6 +166,25 @@ fn out_of_range_request_fields_are_refused() {
             json!([{ "role": "tool", "content": "1", "tool_call_id": 5 }]),
             "tool_call_id must be a string, got 5",
         ),
+        ("response_format", json!({ "type": "text", "bogus": 1 }), "type \"text\" has no field \"bogus\""),
+        (
+            "response_format",
+            json!({ "type": "json_object", "json_schema": { "schema": { "type": "string" } } }),
+            "has no field \"json_schema\"",
+        ),
+        (
+            "response_format",
+            json!({ "type": "json_schema", "json_schema": { "schema": {}, "shema": {} } }),
+            "no field \"shema\"",
+        ),
+        ("logit_bias", json!({ "+5": 1 }), "logit_bias key \"+5\" is not a token id"),
+        ("logit_bias", json!({ "05": 1 }), "logit_bias key \"05\" is not a token id"),
+        ("max_completion_tokens", json!(3), "max_completion_tokens 3 and max_tokens 2 disagree"),
+        (
+            "tools",
+            json!([{ "type": "function", "function": { "name": "f", "parameters": { "type": "string" } } }]),
+            "parameters has type \"string\": a call's arguments are an object",
+        ),
     ] {
         let mut body = json!({ "messages": msgs, "max_tokens": 2 });
         body[field] = v;
@@ -249,7 +268,8 @@ fn tool_calls_on_real_templates_and_vocabularies() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/chat_templates");
     let tools_v = vec![json!({ "type": "function", "function": {
         "name": "get_weather", "description": "Weather in a city",
-        "parameters": { "type": "object", "properties": { "city": { "enum": ["Paris", "Rome"] }, "days": { "type": "integer", "minimum": 1, "maximum": 14 } }, "required": ["city"] } } })];
+        "parameters": { "type": "object", "$defs": { "days": { "type": "integer", "minimum": 1, "maximum": 14 } },
+            "properties": { "city": { "enum": ["Paris", "Rome"] }, "days": { "$ref": "#/$defs/days" } }, "required": ["city"] } } })];
     let cases = [
         ("qwen3", "qwen3.jinja", ToolFormat::Hermes),
         ("llama3", "llama-3.1.jinja", ToolFormat::Llama3),
@@ -295,7 +315,8 @@ fn tool_calls_on_real_templates_and_vocabularies() {
         // for ever).
         let env = VocabEnv::new(&tok, &tok.eos_ids()).unwrap();
         let g = tools::forced_call_grammar(&tools_v, None, format, tok.token_id("[TOOL_CALLS]")).unwrap();
-        let mut c = Constraint::new(&ConstraintSpec::Lark(g), &env).unwrap();
+        // The tool's own `$ref`s resolve inside the grammar's schema (they were refused).
+        let mut c = Constraint::new(&ConstraintSpec::ToolCall(g), &env).unwrap();
         let mut rng = common::R::new();
         let mut out = Vec::new();
         for _ in 0..200 {

@@ -238,6 +238,18 @@ fn a_bad_request_file_is_named() {
     let o = ferrolm(&["chat-completion", "--model", &model(), "--request", &z], Stdio::piped());
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains(&format!("{z}: ")) && stderr(&o).contains("n must be"), "{}", stderr(&o));
+    // A schema that fails as the generation starts.
+    let schema = dir.join("schema.json");
+    let body = r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "banana"}}}}"#;
+    std::fs::write(&schema, body).unwrap();
+    let s = schema.display().to_string();
+    // The default model: the fixture has no chat template.
+    if let Ok(real) = std::env::var("FERROLM_MODEL") {
+        let o = ferrolm(&["chat-completion", "--model", &real, "--request", &s], Stdio::piped());
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("{s}: JSON schema")), "{}", stderr(&o));
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
         .args(["chat-completion", "--model", &model(), "--request", "-"])
         .env("XDG_RUNTIME_DIR", std::env::var("XDG_RUNTIME_DIR").unwrap_or("/tmp".into()))

@@ -580,12 +580,14 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
         let mut run =
             ferrolm::chat::ChatRun::new(&mut engine, req, clock_seed(), created, format!("chatcmpl-ferrolm-{i}"))
                 .map_err(|e| named(&requests[i], e))?;
+        // Options the engine refuses as the run starts (a schema that does not compile, a
+        // logit bias past the vocabulary) are the request's too.
         if run.is_stream() {
-            while let Some(chunk) = block_on(run.next_chunk(&mut engine))? {
+            while let Some(chunk) = block_on(run.next_chunk(&mut engine)).map_err(|e| named(&requests[i], e))? {
                 writeln!(out, "{chunk}").and_then(|_| out.flush()).map_err(|e| Error::write("stdout", e))?;
             }
         } else {
-            let r = block_on(run.complete(&mut engine))?;
+            let r = block_on(run.complete(&mut engine)).map_err(|e| named(&requests[i], e))?;
             writeln!(out, "{r}").and_then(|_| out.flush()).map_err(|e| Error::write("stdout", e))?;
         }
     }

@@ -262,7 +262,9 @@ fn plan(engine: &mut Engine, req: &ChatRequest, fallback_seed: u64) -> Result<Pl
     }
     sampling.seed = req.seed.unwrap_or(fallback_seed);
     for (k, v) in req.logit_bias.iter().flatten() {
-        let Ok(id) = k.parse::<u32>() else { return bad(format!("logit_bias key {k:?} is not a token id")) };
+        let Some(id) = crate::sampler::bias_key(k) else {
+            return bad(format!("logit_bias key {k:?} is not a token id"));
+        };
         sampling.logit_bias.push((id, *v));
     }
     sampling.validate()?;
@@ -311,7 +313,25 @@ fn plan(engine: &mut Engine, req: &ChatRequest, fallback_seed: u64) -> Result<Pl
     if choice == "required" || choice.starts_with("function:") {
         let only = choice.strip_prefix("function:");
         let tc_id = engine.tokenizer.as_ref().and_then(|t| t.token_id("[TOOL_CALLS]"));
-        constraint = Some(ConstraintSpec::Lark(tools::forced_call_grammar(tools, only, style.format, tc_id)?));
+        constraint = Some(ConstraintSpec::ToolCall(tools::forced_call_grammar(tools, only, style.format, tc_id)?));
+    }
+    // OpenAI's fields of each kind; another (a typo, or a schema under `json_object`) would be
+    // dropped unseen.
+    if let Some(Value::Object(f)) = &req.response_format {
+        let (kind, fields): (&str, &[&str]) = match f.get("type").and_then(Value::as_str) {
+            Some("json_schema") => ("json_schema", &["type", "json_schema"]),
+            Some(other) => (other, &["type"]),
+            None => ("", &["type"]),
+        };
+        if let Some(k) = f.keys().find(|k| !fields.contains(&k.as_str())) {
+            return bad(format!("response_format of type {kind:?} has no field {k:?} (it has {fields:?})"));
+        }
+        let schema_fields = ["name", "schema", "strict", "description"];
+        if let Some(Value::Object(j)) = f.get("json_schema") {
+            if let Some(k) = j.keys().find(|k| !schema_fields.contains(&k.as_str())) {
+                return bad(format!("response_format.json_schema has no field {k:?} (it has {schema_fields:?})"));
+            }
+        }
     }
     let format = match &req.response_format {
         None => None,
@@ -332,6 +352,11 @@ fn plan(engine: &mut Engine, req: &ChatRequest, fallback_seed: u64) -> Result<Pl
         constraint = Some(c);
     }
 
+    if let (Some(a), Some(b)) = (req.max_completion_tokens, req.max_tokens) {
+        if a != b {
+            return bad(format!("max_completion_tokens {a} and max_tokens {b} disagree (give one)"));
+        }
+    }
     let max_tokens = req.max_completion_tokens.or(req.max_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
     if max_tokens == 0 {
         return bad("max_tokens must be at least 1".into());

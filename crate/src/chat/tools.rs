@@ -90,6 +90,14 @@ pub fn validate(tools: &[Value]) -> Result<()> {
             if !p.is_object() {
                 return bad(format!("tools[{i}].function.parameters must be a JSON schema object"));
             }
+            // A call's arguments are a JSON object (read back as one in the next turn).
+            let ty = p.get("type");
+            if ty.is_some_and(|ty| ty != "object" && !ty.as_array().is_some_and(|a| a.iter().any(|t| t == "object"))) {
+                return bad(format!(
+                    "tools[{i}].function.parameters has type {}: a call's arguments are an object (type 'object')",
+                    ty.map(Value::to_string).unwrap_or_default()
+                ));
+            }
         }
     }
     Ok(())
@@ -101,7 +109,9 @@ fn tool_name(t: &Value) -> &str {
 
 /// A tool's parameter schema for a forced call: no properties beyond those declared unless the
 /// schema allows them (OpenAI's strict mode does the same), so a call ends when its fields do.
-fn parameters(t: &Value) -> Value {
+/// The schema moves to the grammar's `$defs` as `at` (`#/$defs/tool<i>`), and its own `$ref`s
+/// (`#`, `#/$defs/x`, ...: pointers into the tool's schema) are rewritten to point there.
+fn parameters(t: &Value, at: &str) -> Result<Value> {
     let mut p =
         t.pointer("/function/parameters").cloned().unwrap_or_else(|| json!({ "type": "object", "properties": {} }));
     if let Some(o) = p.as_object_mut() {
@@ -109,7 +119,15 @@ fn parameters(t: &Value) -> Value {
             o.entry("additionalProperties").or_insert(Value::Bool(false));
         }
     }
-    p
+    crate::constrain::each_schema(&mut p, &mut |o| {
+        if let Some(Value::String(r)) = o.get_mut("$ref") {
+            if let Some(rest) = r.strip_prefix('#') {
+                *r = format!("{at}{rest}");
+            }
+        }
+        Ok(())
+    })?;
+    Ok(p)
 }
 
 /// The messages as the template should see them: each call's `arguments` as an object (the
@@ -315,22 +333,21 @@ pub fn forced_call_grammar(
     tool_calls_id: Option<u32>,
 ) -> Result<String> {
     let args_key = if format == ToolFormat::Llama3 { "parameters" } else { "arguments" };
-    let choices: Vec<Value> = tools
-        .iter()
-        .filter(|t| only.is_none_or(|n| tool_name(t) == n))
-        .map(|t| {
-            json!({
-                "type": "object",
-                "properties": { "name": { "const": tool_name(t) }, args_key: parameters(t) },
-                "required": ["name", args_key],
-                "additionalProperties": false,
-            })
-        })
-        .collect();
+    let (mut choices, mut defs) = (Vec::new(), serde_json::Map::new());
+    for (i, t) in tools.iter().enumerate().filter(|(_, t)| only.is_none_or(|n| tool_name(t) == n)) {
+        let at = format!("#/$defs/tool{i}");
+        defs.insert(format!("tool{i}"), parameters(t, &at)?);
+        choices.push(json!({
+            "type": "object",
+            "properties": { "name": { "const": tool_name(t) }, args_key: { "$ref": at } },
+            "required": ["name", args_key],
+            "additionalProperties": false,
+        }));
+    }
     if choices.is_empty() {
         return Err(Error::InvalidOption(format!("tool_choice names {:?}, which is not in tools", only.unwrap_or(""))));
     }
-    let schema = json!({ "anyOf": choices, "x-guidance": { "whitespace_flexible": false } }).to_string();
+    let schema = json!({ "anyOf": choices, "$defs": defs, "x-guidance": { "whitespace_flexible": false } }).to_string();
     Ok(match format {
         ToolFormat::Hermes => format!("start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"),
         ToolFormat::Llama3 => format!("start: call\ncall: %json {schema}\n"),
