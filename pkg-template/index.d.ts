@@ -95,7 +95,8 @@ export interface GenerateOptions {
   /** OpenAI's penalties (-2..2), over the generated tokens. */
   frequencyPenalty?: number;
   presencePenalty?: number;
-  /** Token id -> bias added to its logit (-100..100). */
+  /** Token id (decimal, as OpenAI writes it: "5", not "05" or "+5") -> bias added to its logit
+   *  (-100..100). */
   logitBias?: Record<string, number>;
   seed?: number;
   /** Stop strings: generation ends when the text contains one; it is not returned. */
@@ -189,7 +190,7 @@ export interface ChatCompletionRequest {
   model?: string;
   stream?: boolean | null;
   stream_options?: { include_usage?: boolean } | null;
-  /** Default 256. */
+  /** Default 256. Either field; both must agree when both are given. */
   max_tokens?: number | null;
   max_completion_tokens?: number | null;
   /** Defaults come from the model (generation_config.json or GGUF general.sampling.*), else
@@ -201,6 +202,7 @@ export interface ChatCompletionRequest {
   repetition_penalty?: number | null;
   frequency_penalty?: number | null;
   presence_penalty?: number | null;
+  /** Token id (decimal) -> bias (-100..100). */
   logit_bias?: Record<string, number> | null;
   logprobs?: boolean | null;
   /** 0..20; needs logprobs: true. */

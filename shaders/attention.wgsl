@@ -285,18 +285,22 @@ fn write_i8(t0: u32, h0: u32, acc: array<vec2<f32>, 4>, l: array<f32, 4>, g: u32
             tid: u32) {
     let R = GH * QB;
     let hd4 = HD / 4u;
-    if (g < rg) {
-        for (var ri = 0u; ri < 4u; ri++) {
-            let r = g + ri * rg;
-            if (r < R) {
-                let o = acc[ri] * select(0.0, 1.0 / l[ri], l[ri] > 0.0);
-                let qi = min(r * hd4 + w / 2u, QS_LEN - 1u);
-                q_sh[qi][2u * (w % 2u)] = o.x;
-                q_sh[qi][2u * (w % 2u) + 1u] = o.y;
+    // Value words 2k and 2k + 1 are the two halves of q_sh's vec4 k: written in two rounds, as
+    // a component store may rewrite the whole vector (Metal's compiler does).
+    for (var half = 0u; half < 2u; half++) {
+        if (g < rg && w % 2u == half) {
+            for (var ri = 0u; ri < 4u; ri++) {
+                let r = g + ri * rg;
+                if (r < R) {
+                    let o = acc[ri] * select(0.0, 1.0 / l[ri], l[ri] > 0.0);
+                    let qi = min(r * hd4 + w / 2u, QS_LEN - 1u);
+                    q_sh[qi][2u * half] = o.x;
+                    q_sh[qi][2u * half + 1u] = o.y;
+                }
             }
         }
+        workgroupBarrier();
     }
-    workgroupBarrier();
     let nv = R * hd4;
     // A trip count the same for every invocation: quant_part's barriers.
     for (var i0 = 0u; i0 < nv; i0 += WG) {

@@ -23,6 +23,7 @@ use crate::tokenizer::Tokenizer;
 
 /// What the output must be.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ConstraintSpec {
     /// Any JSON object (OpenAI's `response_format: {type: 'json_object'}`).
     JsonObject,
@@ -172,12 +173,16 @@ fn prepare_lark(grammar: &str) -> Result<String> {
             continue;
         }
         let mut values = serde_json::Deserializer::from_str(&grammar[from..]).into_iter::<Value>();
-        // A schema that does not parse is llguidance's to report.
+        // A schema that does not parse is llguidance's to report; one that needs no change keeps
+        // its text (this scan does not know Lark's strings and comments).
         if let Some(Ok(schema)) = values.next() {
-            out.push_str(&grammar[done..from]);
-            out.push(' ');
-            out.push_str(&prepare_schema(schema)?.to_string());
-            done = from + values.byte_offset();
+            let prepared = prepare_schema(schema.clone())?;
+            if prepared != schema {
+                out.push_str(&grammar[done..from]);
+                out.push(' ');
+                out.push_str(&prepared.to_string());
+                done = from + values.byte_offset();
+            }
         }
     }
     out.push_str(&grammar[done..]);
@@ -366,6 +371,9 @@ mod tests {
         // Grammars without schemas, and schemas that do not parse, pass through as they are.
         assert_eq!(super::prepare_lark("start: \"a\" | %json").unwrap(), "start: \"a\" | %json");
         assert_eq!(super::prepare_lark("start: %json {oops\n").unwrap(), "start: %json {oops\n");
+        // "%json" inside a Lark string is not a schema: text that needs no change is kept as is.
+        let literal = "start: \"%json [\" a \" , \" b \"]\"\na: \"x\"\nb: \"y\"\n";
+        assert_eq!(super::prepare_lark(literal).unwrap(), literal);
     }
 
     #[test]

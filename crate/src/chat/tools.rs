@@ -121,8 +121,12 @@ fn parameters(t: &Value, at: &str) -> Result<Value> {
     }
     crate::constrain::each_schema(&mut p, &mut |o| {
         if let Some(Value::String(r)) = o.get_mut("$ref") {
-            if let Some(rest) = r.strip_prefix('#') {
-                *r = format!("{at}{rest}");
+            // JSON pointers into the tool's schema ("#", "#/", "#/$defs/x"); anchors ("#x") and
+            // other documents' refs are left as they are.
+            if r == "#" || r == "#/" {
+                *r = at.to_string();
+            } else if let Some(rest) = r.strip_prefix("#/") {
+                *r = format!("{at}/{rest}");
             }
         }
         Ok(())
@@ -364,6 +368,22 @@ pub fn forced_call_grammar(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forced_calls_point_the_tools_refs_at_their_schemas() {
+        let tool = json!({ "type": "function", "function": { "name": "f", "parameters": {
+            "type": "object", "$defs": { "s": { "type": "string" } },
+            "properties": { "a": { "$ref": "#/$defs/s" }, "b": { "$ref": "#/" }, "c": { "$ref": "#" },
+                "d": { "$ref": "#anchor" }, "e": { "$ref": "other.json#/x" }, "f": { "const": { "$ref": "#/x" } } } } } });
+        let g = forced_call_grammar(&[tool], None, ToolFormat::Hermes, None).unwrap();
+        let schema: Value = serde_json::from_str(g.split_once("%json ").unwrap().1.trim()).unwrap();
+        let p = &schema["$defs"]["tool0"]["properties"];
+        assert_eq!(schema["anyOf"][0]["properties"]["arguments"]["$ref"], "#/$defs/tool0");
+        assert_eq!(p["a"]["$ref"], "#/$defs/tool0/$defs/s");
+        assert_eq!((&p["b"]["$ref"], &p["c"]["$ref"]), (&json!("#/$defs/tool0"), &json!("#/$defs/tool0")));
+        assert_eq!((&p["d"]["$ref"], &p["e"]["$ref"]), (&json!("#anchor"), &json!("other.json#/x")));
+        assert_eq!(p["f"]["const"]["$ref"], "#/x", "values are not schemas");
+    }
 
     #[test]
     fn parses_each_format() {
