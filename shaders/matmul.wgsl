@@ -37,7 +37,10 @@ fn load_tile(m0: u32, n0: u32, k0: u32, lid: u32, wg: u32) -> Tile {
 }
 
 var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]: row m, four k's; swizzled
-var<workgroup> w_sh: array<vec4<f32>, 512>;  // [BK][BN / 4]: k, four n's; swizzled
+// [BK][BN / 4] vec4s (k, four n's; swizzled) as scalars: four invocations store the four lanes
+// of one vec4, and a store to a vector's component may rewrite the whole vector (Metal, D3D:
+// WGSL allows it), so the lanes are separate f32s, read back as vec4s (w4).
+var<workgroup> w_sh: array<f32, 2048>;
 
 // A rows are 8 vec4 (32 words) long, so the threads reading 8 different rows at one column would
 // all hit one memory bank; XOR-ing the column with the row's group spreads them.
@@ -56,14 +59,20 @@ fn store_w(j: u32, w: W8) {
     let kk = (j % 4u) * 8u;
     let col = r / 4u;
     let lane = r % 4u;
-    w_sh[wsw(kk, col)][lane] = w.lo.x;
-    w_sh[wsw(kk + 1u, col)][lane] = w.lo.y;
-    w_sh[wsw(kk + 2u, col)][lane] = w.lo.z;
-    w_sh[wsw(kk + 3u, col)][lane] = w.lo.w;
-    w_sh[wsw(kk + 4u, col)][lane] = w.hi.x;
-    w_sh[wsw(kk + 5u, col)][lane] = w.hi.y;
-    w_sh[wsw(kk + 6u, col)][lane] = w.hi.z;
-    w_sh[wsw(kk + 7u, col)][lane] = w.hi.w;
+    w_sh[4u * wsw(kk, col) + lane] = w.lo.x;
+    w_sh[4u * wsw(kk + 1u, col) + lane] = w.lo.y;
+    w_sh[4u * wsw(kk + 2u, col) + lane] = w.lo.z;
+    w_sh[4u * wsw(kk + 3u, col) + lane] = w.lo.w;
+    w_sh[4u * wsw(kk + 4u, col) + lane] = w.hi.x;
+    w_sh[4u * wsw(kk + 5u, col) + lane] = w.hi.y;
+    w_sh[4u * wsw(kk + 6u, col) + lane] = w.hi.z;
+    w_sh[4u * wsw(kk + 7u, col) + lane] = w.hi.w;
+}
+
+// The vec4 of w_sh at vec4 index i.
+fn w4(i: u32) -> vec4<f32> {
+    let b = 4u * i;
+    return vec4<f32>(w_sh[b], w_sh[b + 1u], w_sh[b + 2u], w_sh[b + 3u]);
 }
 
 fn store_tile(t: Tile, lid: u32) {
@@ -105,10 +114,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         }
         for (var kq = 0u; kq < BK / 4u; kq++) {
             let k = kq * 4u;
-            let w0 = w_sh[wsw(k, tx)];
-            let w1 = w_sh[wsw(k + 1u, tx)];
-            let w2 = w_sh[wsw(k + 2u, tx)];
-            let w3 = w_sh[wsw(k + 3u, tx)];
+            let w0 = w4(wsw(k, tx));
+            let w1 = w4(wsw(k + 1u, tx));
+            let w2 = w4(wsw(k + 2u, tx));
+            let w3 = w4(wsw(k + 3u, tx));
             let r = ty * 8u;
             acc0 = fma4(acc0, a_sh[sw(r, kq)], w0, w1, w2, w3);
             acc1 = fma4(acc1, a_sh[sw(r + 1u, kq)], w0, w1, w2, w3);
