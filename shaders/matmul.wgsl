@@ -37,42 +37,24 @@ fn load_tile(m0: u32, n0: u32, k0: u32, lid: u32, wg: u32) -> Tile {
 }
 
 var<workgroup> a_sh: array<vec4<f32>, 512>;  // [BM][BK / 4]: row m, four k's; swizzled
-// [BK][BN / 4] vec4s (k, four n's; swizzled) as scalars: four invocations store the four lanes
+// [BN][BK / 4]: row n, four k's; swizzled as A. Each invocation stores whole vec4s of the eight
+// k's it loaded: with W stored k-major (a vec4 of four n's) four invocations wrote the four lanes
 // of one vec4, and a store to a vector's component may rewrite the whole vector (Metal, D3D:
-// WGSL allows it), so the lanes are separate f32s, read back as vec4s (w4).
-var<workgroup> w_sh: array<f32, 2048>;
+// WGSL allows it), a race.
+var<workgroup> w_sh: array<vec4<f32>, 512>;
 
 // A rows are 8 vec4 (32 words) long, so the threads reading 8 different rows at one column would
-// all hit one memory bank; XOR-ing the column with the row's group spreads them.
+// all hit one memory bank; XOR-ing the column with the row's group spreads them. W's rows alike.
 fn sw(row: u32, col: u32) -> u32 {
     return row * 8u + (col ^ ((row >> 2u) & 7u));
 }
 
-// W is stored k-major (a vec4 holds four n's at one k). Its loaders write scalars: 32 lanes at
-// 8 rows x 4 k-groups; XOR-ing the vec4 column with the k-group puts them in 32 distinct banks.
-fn wsw(k: u32, col: u32) -> u32 {
-    return k * 16u + (col ^ (((k >> 3u) & 3u) * 2u));
-}
-
+// Run j of W (matmul_tile.wgsl load_w): row j / 4, k's 8 (j % 4) .. + 7.
 fn store_w(j: u32, w: W8) {
     let r = j / 4u;
-    let kk = (j % 4u) * 8u;
-    let col = r / 4u;
-    let lane = r % 4u;
-    w_sh[4u * wsw(kk, col) + lane] = w.lo.x;
-    w_sh[4u * wsw(kk + 1u, col) + lane] = w.lo.y;
-    w_sh[4u * wsw(kk + 2u, col) + lane] = w.lo.z;
-    w_sh[4u * wsw(kk + 3u, col) + lane] = w.lo.w;
-    w_sh[4u * wsw(kk + 4u, col) + lane] = w.hi.x;
-    w_sh[4u * wsw(kk + 5u, col) + lane] = w.hi.y;
-    w_sh[4u * wsw(kk + 6u, col) + lane] = w.hi.z;
-    w_sh[4u * wsw(kk + 7u, col) + lane] = w.hi.w;
-}
-
-// The vec4 of w_sh at vec4 index i.
-fn w4(i: u32) -> vec4<f32> {
-    let b = 4u * i;
-    return vec4<f32>(w_sh[b], w_sh[b + 1u], w_sh[b + 2u], w_sh[b + 3u]);
+    let kq = (j % 4u) * 2u;
+    w_sh[sw(r, kq)] = w.lo;
+    w_sh[sw(r, kq + 1u)] = w.hi;
 }
 
 fn store_tile(t: Tile, lid: u32) {
@@ -84,9 +66,9 @@ fn store_tile(t: Tile, lid: u32) {
     store_w(lid + 128u, t.w1);
 }
 
-// Four k's of row i against the four columns' weights at those k's.
+// Four k's of row i against the four columns' weights at those k's (each a vec4 over k).
 fn fma4(acc: vec4<f32>, a4: vec4<f32>, w0: vec4<f32>, w1: vec4<f32>, w2: vec4<f32>, w3: vec4<f32>) -> vec4<f32> {
-    return acc + a4.x * w0 + a4.y * w1 + a4.z * w2 + a4.w * w3;
+    return acc + vec4<f32>(dot(a4, w0), dot(a4, w1), dot(a4, w2), dot(a4, w3));
 }
 
 @compute @workgroup_size(16, 8)
@@ -113,11 +95,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             t = load_tile(m0, n0, k0 + BK, lid, 128u);
         }
         for (var kq = 0u; kq < BK / 4u; kq++) {
-            let k = kq * 4u;
-            let w0 = w4(wsw(k, tx));
-            let w1 = w4(wsw(k + 1u, tx));
-            let w2 = w4(wsw(k + 2u, tx));
-            let w3 = w4(wsw(k + 3u, tx));
+            let w0 = w_sh[sw(4u * tx, kq)];
+            let w1 = w_sh[sw(4u * tx + 1u, kq)];
+            let w2 = w_sh[sw(4u * tx + 2u, kq)];
+            let w3 = w_sh[sw(4u * tx + 3u, kq)];
             let r = ty * 8u;
             acc0 = fma4(acc0, a_sh[sw(r, kq)], w0, w1, w2, w3);
             acc1 = fma4(acc1, a_sh[sw(r + 1u, kq)], w0, w1, w2, w3);
