@@ -117,6 +117,11 @@ impl ChatRequest {
 const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id", "refusal"];
 
 /// Messages with their content as text (OpenAI's content parts joined) and roles checked.
+/// The first key of `o` that is not one of `known`.
+fn unknown_key<'a>(o: &'a serde_json::Map<String, Value>, known: &[&str]) -> Option<&'a String> {
+    o.keys().find(|k| !known.contains(&k.as_str()))
+}
+
 fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>> {
     let bad = |i: usize, m: String| Err(Error::InvalidOption(format!("messages[{i}]: {m}")));
     if messages.is_empty() {
@@ -125,7 +130,7 @@ fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>> {
     let mut out = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         let Some(o) = m.as_object() else { return bad(i, "must be an object".into()) };
-        if let Some(k) = o.keys().find(|k| !MESSAGE_FIELDS.contains(&k.as_str())) {
+        if let Some(k) = unknown_key(o, MESSAGE_FIELDS) {
             return bad(i, format!("unknown field {k}"));
         }
         let role = match o.get("role") {
@@ -323,12 +328,12 @@ fn plan(engine: &mut Engine, req: &ChatRequest, fallback_seed: u64) -> Result<Pl
             Some(other) => (other, &["type"]),
             None => ("", &["type"]),
         };
-        if let Some(k) = f.keys().find(|k| !fields.contains(&k.as_str())) {
+        if let Some(k) = unknown_key(f, fields) {
             return bad(format!("response_format of type {kind:?} has no field {k:?} (it has {fields:?})"));
         }
         let schema_fields = ["name", "schema", "strict", "description"];
         if let Some(Value::Object(j)) = f.get("json_schema") {
-            if let Some(k) = j.keys().find(|k| !schema_fields.contains(&k.as_str())) {
+            if let Some(k) = unknown_key(j, &schema_fields) {
                 return bad(format!("response_format.json_schema has no field {k:?} (it has {schema_fields:?})"));
             }
         }
