@@ -21,10 +21,17 @@ override WG: u32 = 256u;
 const PMAX: u32 = 12u;
 const DMAX: u32 = 8u;
 
-@group(0) @binding(2) var<storage, read_write> x: array<vec4<f32>>;   // [x (K) | partials [FF / C][K]]
+// Scalars: each invocation stores its own rows of the partials, and a store to one component of
+// a vector may rewrite the whole vector (Metal), which four invocations would share.
+@group(0) @binding(2) var<storage, read_write> x: array<f32>;   // [x (K) | partials [FF / C][K]]
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(6) var<storage, read> d4: array<vec4<u32>>;        // down: words and block pairs,
 @group(0) @binding(7) var<storage, read> d_meta: array<u32>;          // laid out as gate+up's
+
+// x as rowdot.wgsl reads it.
+fn xv(v: u32) -> vec4<f32> {
+    return vec4<f32>(x[4u * v], x[4u * v + 1u], x[4u * v + 2u], x[4u * v + 3u]);
+}
 
 var<workgroup> pd: array<f32, WG>;
 var<workgroup> act: array<f32, C>;
@@ -79,7 +86,7 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
             acc += wdot(dw[i * (C / 32u) + c], act_chunk(32u * c));
         }
         if (drow < K) {
-            x[(1u + j) * (K / 4u) + drow / 4u][drow % 4u] = acc;
+            x[(1u + j) * K + drow] = acc;
         }
     }
 }

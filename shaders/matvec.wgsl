@@ -28,6 +28,12 @@ override WG0: u32 = 0u;         // this dispatch's first argmax pair
 override YP: u32 = 0u;          // EPI 1: partials of a split FFN after y's N rows, added too (ffn_split.wgsl)
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+
+// x as rowdot.wgsl reads it.
+fn xv(v: u32) -> vec4<f32> {
+    return x[v];
+}
+
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 

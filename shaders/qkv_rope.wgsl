@@ -19,6 +19,12 @@ override BIAS_OFF: u32 = 0u;
 override WG: u32 = 64u;         // invocations per workgroup: 32 to 512 (256 without subgroups), a multiple of 32 * S
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+
+// x as rowdot.wgsl reads it.
+fn xv(v: u32) -> vec4<f32> {
+    return x[v];
+}
+
 @group(0) @binding(3) var<storage, read_write> q: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
 @group(0) @binding(6) var<storage, read_write> kv: array<u32>;   // [2][NKV][CAP][HD/2]

@@ -1,8 +1,7 @@
 // Sum over a row group of 32 consecutive invocations with one subgroup operation. Chosen only on
-// adapters whose subgroups are exactly 32 wide, so a subgroup is exactly one row group.
-// (Naga takes subgroup builtins without `enable subgroups;` once the device has the feature,
-// and rejects the directive; browsers would want it, but wgpu's WebGPU backend has no
-// subgroups yet, so this file is only used natively.)
+// adapters whose subgroups are exactly 32 wide, so a subgroup is exactly one row group (and
+// lid % 32 is the subgroup lane, which the xor shuffles below rely on). Browsers get an
+// `enable subgroups;` before this file; naga natively rejects the directive (pipelines.rs).
 
 fn reduce4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     return subgroupAdd(v);
@@ -17,4 +16,10 @@ fn quad_max(v: f32, lid: u32) -> f32 {
 // Sum over the aligned pair of invocations lid & ~1, (lid & ~1) + 1.
 fn pair_add(v: f32, lid: u32) -> f32 {
     return v + subgroupShuffleXor(v, 1u);
+}
+
+// (w of invocation lid ^ 1, the bits of h of invocation lid ^ 2): what rowdot.wgsl's `stage_q`
+// trades so that each staged vector has one writer.
+fn stage_words(w: vec2<u32>, h: f32, lid: u32) -> vec3<u32> {
+    return vec3<u32>(subgroupShuffleXor(w, 1u), bitcast<u32>(subgroupShuffleXor(h, 2u)));
 }

@@ -1,19 +1,21 @@
 // Sum over a row group of 32 consecutive invocations through workgroup memory: the portable
 // path. Every invocation of the workgroup must call it (it has barriers).
+// u32 because `stage_words` passes packed bytes through it: a bit pattern that reads as a NaN
+// need not survive a trip through an f32. Floats are stored as their bits.
 
-var<workgroup> red: array<vec4<f32>, 256>;
+var<workgroup> red: array<vec4<u32>, 256>;
 
 fn reduce4(v: vec4<f32>, lid: u32) -> vec4<f32> {
-    red[lid] = v;
+    red[lid] = bitcast<vec4<u32>>(v);
     workgroupBarrier();
     for (var i = 0u; i < 5u; i++) {
         let s = 16u >> i;
         if (lid % 32u < s) {
-            red[lid] += red[lid + s];
+            red[lid] = bitcast<vec4<u32>>(bitcast<vec4<f32>>(red[lid]) + bitcast<vec4<f32>>(red[lid + s]));
         }
         workgroupBarrier();
     }
-    let r = red[lid - lid % 32u];
+    let r = bitcast<vec4<f32>>(red[lid - lid % 32u]);
     // The next call reuses `red`: nobody may write it before everyone has read.
     workgroupBarrier();
     return r;
@@ -21,19 +23,30 @@ fn reduce4(v: vec4<f32>, lid: u32) -> vec4<f32> {
 
 // Max over the aligned quad of invocations lid & ~3 .. (lid & ~3) + 3 (every invocation calls it).
 fn quad_max(v: f32, lid: u32) -> f32 {
-    red[lid].x = v;
+    red[lid] = vec4<u32>(bitcast<u32>(v), 0u, 0u, 0u);
     workgroupBarrier();
     let b = lid & ~3u;
-    let r = max(max(red[b].x, red[b + 1u].x), max(red[b + 2u].x, red[b + 3u].x));
+    let r = max(max(bitcast<f32>(red[b].x), bitcast<f32>(red[b + 1u].x)),
+                max(bitcast<f32>(red[b + 2u].x), bitcast<f32>(red[b + 3u].x)));
     workgroupBarrier();
     return r;
 }
 
 // Sum over the aligned pair of invocations lid & ~1, (lid & ~1) + 1 (every invocation calls it).
 fn pair_add(v: f32, lid: u32) -> f32 {
-    red[lid].x = v;
+    red[lid] = vec4<u32>(bitcast<u32>(v), 0u, 0u, 0u);
     workgroupBarrier();
-    let r = red[lid & ~1u].x + red[lid | 1u].x;
+    let r = bitcast<f32>(red[lid & ~1u].x) + bitcast<f32>(red[lid | 1u].x);
+    workgroupBarrier();
+    return r;
+}
+
+// (w of invocation lid ^ 1, the bits of h of invocation lid ^ 2): what rowdot.wgsl's `stage_q`
+// trades so that each staged vector has one writer (every invocation calls it).
+fn stage_words(w: vec2<u32>, h: f32, lid: u32) -> vec3<u32> {
+    red[lid] = vec4<u32>(w, bitcast<u32>(h), 0u);
+    workgroupBarrier();
+    let r = vec3<u32>(red[lid ^ 1u].xy, red[lid ^ 2u].z);
     workgroupBarrier();
     return r;
 }

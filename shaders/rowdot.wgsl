@@ -179,7 +179,7 @@ fn merge_weights(lid: u32) {
         let sp = i % MSPLITS;
         var ml = vec2<f32>(-3.0e38, 0.0);
         if (sp < n) {
-            ml = x[(h * MCAP * stride + sp * stride + MHD) / 4u].xy;
+            ml = xv((h * MCAP * stride + sp * stride + MHD) / 4u).xy;
         }
         mw[min(h, MNH - 1u) * MSPLITS + sp] = ml;
     }
@@ -218,7 +218,7 @@ fn merge_weights(lid: u32) {
 // Split sp's accumulator at vec4 index v (zero past the last split).
 fn pacc(v: u32, sp: u32, n: u32) -> vec4<f32> {
     if (sp < n) {
-        return x[v + sp * ((MHD + 4u) / 4u)];
+        return xv(v + sp * ((MHD + 4u) / 4u));
     }
     return vec4<f32>(0.0);
 }
@@ -235,7 +235,7 @@ fn xin(k: u32) -> vec4<f32> {
         return xps[k / 4u];
     }
     if (!MERGE) {
-        return x[k / 4u];
+        return xv(k / 4u);
     }
     let h = k / MHD;
     let v = (h * MCAP * (MHD + 4u) + k % MHD) / 4u;
@@ -324,20 +324,22 @@ fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
             q0 = q2(a * inv);
             q1 = q2(b * inv);
         }
+        // Whole-vector stores only: WGSL lets a store to one component rewrite the whole vector
+        // (Metal and D3D compile it so), and a block's four invocations share its vectors. An
+        // even invocation of a pair writes the pair's coarse words, the odd one its fine words,
+        // each with the other's half traded; invocation 0 writes the scale and both pairs' sums.
+        let j = g % 4u;
+        let odd = (j & 1u) == 1u;
+        let t = stage_words(select(vec2<u32>(q0.y, q1.y), vec2<u32>(q0.x, q1.x), odd), hs, lid);
         if (on) {
-            let j = g % 4u;
             let slot = 5u * (g / 4u) + j / 2u;
-            let c = 2u * (j % 2u);
-            xb[slot][c] = q0.x;
-            xb[slot][c + 1u] = q1.x;
-            xb[slot + 2u][c] = q0.y;
-            xb[slot + 2u][c + 1u] = q1.y;
-            if (j == 0u) {
-                xb[slot + 4u].x = bitcast<u32>(amax / 127.0);
-                xb[slot + 4u].y = bitcast<u32>(hs);
+            if (odd) {
+                xb[slot + 2u] = vec4<u32>(t.xy, q0.y, q1.y);
+            } else {
+                xb[slot] = vec4<u32>(q0.x, q1.x, t.xy);
             }
-            if (j == 2u) {
-                xb[slot + 3u].z = bitcast<u32>(hs);
+            if (j == 0u) {
+                xb[slot + 4u] = vec4<u32>(bitcast<u32>(amax / 127.0), bitcast<u32>(hs), t.z, 0u);
             }
         }
     }
@@ -487,9 +489,9 @@ fn sum_parts(lid: u32) {
         if (v >= K / 4u) {
             break;
         }
-        var a = x[v];
+        var a = xv(v);
         for (var p = 1u; p <= XP; p++) {
-            a += x[p * (K / 4u) + v];
+            a += xv(p * (K / 4u) + v);
         }
         xps[v] = a;
     }
