@@ -366,7 +366,7 @@ impl<'a> Model<'a> {
     /// width), 8-bit planes for the 8-bit kernel.
     fn ready_for(&self, r: &Recorder, w: &crate::model::weights::GpuMatrix) -> Option<Ready<'a>> {
         match matmul::tile_for(r, w) {
-            matmul::Tile::Coop | matmul::Tile::Wide if w.cols % 2 == 0 => Some(Ready::F16(&self.bf.a16)),
+            matmul::Tile::Coop | matmul::Tile::Wide if w.cols.is_multiple_of(2) => Some(Ready::F16(&self.bf.a16)),
             matmul::Tile::I8 => Some(Ready::I8(&self.bf.a8, &self.bf.a8s)),
             _ => None,
         }

@@ -54,7 +54,7 @@ pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
     let [f16, i8] = Ready::flags(n.ready);
     let consts = [&consts[..], &[("F16_OUT", f16), ("I8_OUT", i8)]].concat();
     assert!(
-        n.ready.is_none() || (n.width % Ready::granule(n.ready) == 0 && !n.add && !n.last_only),
+        n.ready.is_none() || (n.width.is_multiple_of(Ready::granule(n.ready)) && !n.add && !n.last_only),
         "matmul-ready rows: whole pairs or blocks, no add"
     );
     let grid = if n.last_only { Grid::Fixed(1) } else { Grid::Tokens };
@@ -67,7 +67,7 @@ pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
 /// (`ffn` a multiple of 32, and then not in f32 to `h`).
 pub fn glu(r: &mut Recorder, ffn: usize, act: Act, gu: &wgpu::Buffer, h: &wgpu::Buffer, ready: Option<Ready>) {
     let [f16, i8] = Ready::flags(ready);
-    assert!(ffn % Ready::granule(ready) == 0, "matmul-ready rows: whole pairs or blocks");
+    assert!(ffn.is_multiple_of(Ready::granule(ready)), "matmul-ready rows: whole pairs or blocks");
     // Outputs an invocation: a pair in f16, a quarter of a block's eight (quant_part) in 8 bits.
     let per = match ready {
         Some(Ready::F16(_)) => 2,

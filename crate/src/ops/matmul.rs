@@ -48,7 +48,11 @@ pub const MIN_SPLIT_K: u32 = 2048;
 pub fn k_splits(n: u32, k: u32) -> u32 {
     let tiles = n.div_ceil(WIDE_TILE) * SPLIT_TOKENS.div_ceil(WIDE_TILE);
     let mut s = 1;
-    while n % 4 == 0 && tiles * s * 2 <= SPLIT_GRID && k % (2 * s * BK) == 0 && k / (2 * s) >= MIN_SPLIT_K {
+    while n.is_multiple_of(4)
+        && tiles * s * 2 <= SPLIT_GRID
+        && k.is_multiple_of(2 * s * BK)
+        && k / (2 * s) >= MIN_SPLIT_K
+    {
         s *= 2;
     }
     if s < MIN_SPLITS || !(k / s).is_multiple_of(WIDE_K_STEP as u32) {

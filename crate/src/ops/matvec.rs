@@ -356,7 +356,7 @@ pub fn ffn_split_fits(r: &Recorder, gate_up: &GpuMatrix, down: &GpuMatrix, units
         && gate_up.cols == hidden
         && hidden % 32 == 0
         && hidden <= tile_max(r, r.caps.idot, 1)
-        && units % 32 == 0
+        && units.is_multiple_of(32)
         && ffn % units == 0
         && wg % (2 * units) == 0
         && (hidden / 32).div_ceil(lanes) <= FFN_SPLIT_PMAX

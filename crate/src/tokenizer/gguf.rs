@@ -44,6 +44,10 @@ use crate::weights::gguf::GgufFile;
 const CONTROL: i64 = 3;
 const USER_DEFINED: i64 = 4;
 
+/// Whether a vocabulary entry may become an added (special or user-defined) token: in a GPT-2
+/// vocabulary only entries spelled in its byte alphabet.
+type SpecialFilter = Box<dyn Fn(&str) -> bool>;
+
 /// GPT-2's byte-to-character table: printable bytes stand for themselves, the rest are shifted
 /// to U+0100.. so that every byte has a visible, non-space character.
 fn bytes_to_unicode() -> [char; 256] {
@@ -127,7 +131,7 @@ pub(super) fn build(g: &GgufFile) -> Result<Tokenizer> {
     let ty = |i: usize| types.get(i).copied().unwrap_or(1);
     let mut prefix_leading_space = false;
 
-    let (mut hf, add_bos_default, specials_ok): (tokenizers::Tokenizer, bool, Box<dyn Fn(&str) -> bool>) = match model {
+    let (mut hf, add_bos_default, specials_ok): (tokenizers::Tokenizer, bool, SpecialFilter) = match model {
         "gpt2" => {
             let pre = g.get_str("tokenizer.ggml.pre").map_err(meta)?.unwrap_or("default");
             let table = bytes_to_unicode();
