@@ -13,13 +13,10 @@ fn quad_max(v: f32, lid: u32) -> f32 {
     return max(a, subgroupShuffleXor(a, 2u));
 }
 
-// Sum over the aligned pair of invocations lid & ~1, (lid & ~1) + 1.
-fn pair_add(v: f32, lid: u32) -> f32 {
-    return v + subgroupShuffleXor(v, 1u);
-}
-
-// (w of invocation lid ^ 1, the bits of h of invocation lid ^ 2): what rowdot.wgsl's `stage_q`
-// trades so that each staged vector has one writer.
-fn stage_words(w: vec2<u32>, h: f32, lid: u32) -> vec3<u32> {
-    return vec3<u32>(subgroupShuffleXor(w, 1u), bitcast<u32>(subgroupShuffleXor(h, 2u)));
+// (w of invocation lid ^ 1, then the bits of the sums of s over this invocation's aligned pair
+// and over the other pair of its aligned quad): what rowdot.wgsl's `stage_q` trades so that
+// each staged vector has one writer.
+fn stage_words(w: vec2<u32>, s: f32, lid: u32) -> vec4<u32> {
+    let pair = s + subgroupShuffleXor(s, 1u);
+    return vec4<u32>(subgroupShuffleXor(w, 1u), bitcast<u32>(pair), bitcast<u32>(subgroupShuffleXor(pair, 2u)));
 }

@@ -32,21 +32,17 @@ fn quad_max(v: f32, lid: u32) -> f32 {
     return r;
 }
 
-// Sum over the aligned pair of invocations lid & ~1, (lid & ~1) + 1 (every invocation calls it).
-fn pair_add(v: f32, lid: u32) -> f32 {
-    red[lid] = vec4<u32>(bitcast<u32>(v), 0u, 0u, 0u);
+// (w of invocation lid ^ 1, then the bits of the sums of s over this invocation's aligned pair
+// and over the other pair of its aligned quad): what rowdot.wgsl's `stage_q` trades so that
+// each staged vector has one writer (every invocation calls it). The sums add in the subgroup
+// version's order, so both paths stage the same bits.
+fn stage_words(w: vec2<u32>, s: f32, lid: u32) -> vec4<u32> {
+    red[lid] = vec4<u32>(w, bitcast<u32>(s), 0u);
     workgroupBarrier();
-    let r = bitcast<f32>(red[lid & ~1u].x) + bitcast<f32>(red[lid | 1u].x);
-    workgroupBarrier();
-    return r;
-}
-
-// (w of invocation lid ^ 1, the bits of h of invocation lid ^ 2): what rowdot.wgsl's `stage_q`
-// trades so that each staged vector has one writer (every invocation calls it).
-fn stage_words(w: vec2<u32>, h: f32, lid: u32) -> vec3<u32> {
-    red[lid] = vec4<u32>(w, bitcast<u32>(h), 0u);
-    workgroupBarrier();
-    let r = vec3<u32>(red[lid ^ 1u].xy, red[lid ^ 2u].z);
+    let o = lid ^ 2u;
+    let pair = s + bitcast<f32>(red[lid ^ 1u].z);
+    let other = bitcast<f32>(red[o].z) + bitcast<f32>(red[o ^ 1u].z);
+    let r = vec4<u32>(red[lid ^ 1u].xy, bitcast<u32>(pair), bitcast<u32>(other));
     workgroupBarrier();
     return r;
 }

@@ -18,8 +18,8 @@
 //
 // With `norm`, x is RMS-normalized on the fly: scaled by the norm weight (vecs[NW_OFF..] +
 // NW_OFFSET) as it is staged, and the sum of squares comes back for the caller to apply 1/rms
-// after the reduction. Expects the kernel to declare K, WG, NW_OFF, NW_OFFSET, `x` (binding 2,
-// vec4s) and `vecs` (binding 4); layout.wgsl precedes it.
+// after the reduction. Expects the kernel to declare K, WG, NW_OFF, NW_OFFSET, `xv(v)` (vec4 v of
+// its x, binding 2) and `vecs` (binding 4); layout.wgsl precedes it.
 
 @group(0) @binding(0) var<storage, read> w4: array<vec4<u32>>;
 
@@ -289,7 +289,7 @@ fn q2(s: vec4<f32>) -> vec2<u32> {
 
 // Stage x[k0 .. k0 + len) (len a multiple of 32) as integer blocks; returns this invocation's sum
 // of squares of the raw x. Four neighbouring invocations share a block, eight values each, and
-// find its scale together (`quad_max`, reduce_*.wgsl). Every invocation must call it.
+// find its scale and sums together (`quad_max`, `stage_words`, reduce_*.wgsl). Every invocation must call it.
 fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
     var ss = 0.0;
     let n8 = len / 8u;
@@ -314,7 +314,6 @@ fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
         var amax = max(max(m.x, m.y), max(m.z, m.w));
         amax = quad_max(amax, lid);
         let inv = select(0.0, 127.0 / amax, amax > 0.0);
-        let hs = pair_add(dot(a + b, vec4<f32>(1.0)), lid);
         var q0: vec2<u32>;
         var q1: vec2<u32>;
         if (LAYOUT == 3u) {
@@ -330,7 +329,7 @@ fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
         // each with the other's half traded; invocation 0 writes the scale and both pairs' sums.
         let j = g % 4u;
         let odd = (j & 1u) == 1u;
-        let t = stage_words(select(vec2<u32>(q0.y, q1.y), vec2<u32>(q0.x, q1.x), odd), hs, lid);
+        let t = stage_words(select(vec2<u32>(q0.y, q1.y), vec2<u32>(q0.x, q1.x), odd), dot(a + b, vec4<f32>(1.0)), lid);
         if (on) {
             let slot = 5u * (g / 4u) + j / 2u;
             if (odd) {
@@ -339,7 +338,7 @@ fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
                 xb[slot] = vec4<u32>(q0.x, q1.x, t.xy);
             }
             if (j == 0u) {
-                xb[slot + 4u] = vec4<u32>(bitcast<u32>(amax / 127.0), bitcast<u32>(hs), t.z, 0u);
+                xb[slot + 4u] = vec4<u32>(bitcast<u32>(amax / 127.0), t.zw, 0u);
             }
         }
     }
