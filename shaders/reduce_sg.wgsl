@@ -18,5 +18,6 @@ fn quad_max(v: f32, lid: u32) -> f32 {
 // each staged vector has one writer.
 fn stage_words(w: vec2<u32>, s: f32, lid: u32) -> vec4<u32> {
     let pair = s + subgroupShuffleXor(s, 1u);
-    return vec4<u32>(subgroupShuffleXor(w, 1u), bitcast<u32>(pair), bitcast<u32>(subgroupShuffleXor(pair, 2u)));
+    let other = subgroupShuffleXor(pair, 2u);
+    return vec4<u32>(subgroupShuffleXor(w, 1u), bitcast<u32>(pair), bitcast<u32>(other));
 }

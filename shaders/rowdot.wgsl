@@ -289,7 +289,8 @@ fn q2(s: vec4<f32>) -> vec2<u32> {
 
 // Stage x[k0 .. k0 + len) (len a multiple of 32) as integer blocks; returns this invocation's sum
 // of squares of the raw x. Four neighbouring invocations share a block, eight values each, and
-// find its scale and sums together (`quad_max`, `stage_words`, reduce_*.wgsl). Every invocation must call it.
+// find its scale and sums together (`quad_max`, `stage_words`, reduce_*.wgsl). Every
+// invocation must call it.
 fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
     var ss = 0.0;
     let n8 = len / 8u;
@@ -329,7 +330,8 @@ fn stage_q(k0: u32, len: u32, lid: u32, norm: bool) -> f32 {
         // each with the other's half traded; invocation 0 writes the scale and both pairs' sums.
         let j = g % 4u;
         let odd = (j & 1u) == 1u;
-        let t = stage_words(select(vec2<u32>(q0.y, q1.y), vec2<u32>(q0.x, q1.x), odd), dot(a + b, vec4<f32>(1.0)), lid);
+        let sent = select(vec2<u32>(q0.y, q1.y), vec2<u32>(q0.x, q1.x), odd);
+        let t = stage_words(sent, dot(a + b, vec4<f32>(1.0)), lid);
         if (on) {
             let slot = 5u * (g / 4u) + j / 2u;
             if (odd) {

@@ -116,12 +116,12 @@ impl ChatRequest {
 
 const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id", "refusal"];
 
-/// Messages with their content as text (OpenAI's content parts joined) and roles checked.
 /// The first key of `o` that is not one of `known`.
 fn unknown_key<'a>(o: &'a serde_json::Map<String, Value>, known: &[&str]) -> Option<&'a String> {
     o.keys().find(|k| !known.contains(&k.as_str()))
 }
 
+/// Messages with their content as text (OpenAI's content parts joined) and roles checked.
 fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>> {
     let bad = |i: usize, m: String| Err(Error::InvalidOption(format!("messages[{i}]: {m}")));
     if messages.is_empty() {
