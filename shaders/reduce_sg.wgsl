@@ -1,6 +1,7 @@
 // Sum over a row group of 32 consecutive invocations with one subgroup operation. Chosen only on
-// adapters whose subgroups are exactly 32 wide, so a subgroup is exactly one row group (and
-// lid % 32 is the subgroup lane, which the xor shuffles below rely on). Browsers get an
+// adapters whose subgroups are exactly 32 wide and laid out in order (lid % 32 is the subgroup
+// lane, which the xor shuffles below rely on; gpu/mod.rs checks it with subgroup_layout.wgsl
+// when the device opens), so a subgroup is exactly one row group. Browsers get an
 // `enable subgroups;` before this file; naga natively rejects the directive (pipelines.rs).
 
 fn reduce4(v: vec4<f32>, lid: u32) -> vec4<f32> {

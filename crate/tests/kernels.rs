@@ -1199,3 +1199,21 @@ fn split_kv_decode_attention() {
         }
     }
 }
+
+/// subgroup_layout.wgsl, which `Gpu::new` runs before it picks the subgroup kernels: each
+/// subgroup is consecutive invocations in order, here as on every adapter measured, so the probe
+/// reports its width; a device that picked the 32-wide kernels passed it with 32.
+#[test]
+fn subgroup_layout_probe() {
+    let g = gpu();
+    if !g.device.features().contains(wgpu::Features::SUBGROUP) {
+        eprintln!("subgroup_layout.wgsl skipped: this device has no subgroups");
+        return;
+    }
+    let width = ferrolm::gpu::block_on(g.subgroup_layout()).unwrap();
+    eprintln!("subgroup layout: {width:?} wide, in order");
+    assert!(width.is_some_and(|w| w.is_power_of_two() && (4..=128).contains(&w)), "probe: {width:?}");
+    if g.summary.subgroups {
+        assert_eq!(width, Some(32));
+    }
+}

@@ -201,7 +201,9 @@ impl Gpu {
             & (wgpu::Features::TIMESTAMP_QUERY
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
-        if sg32 && cfg!(not(target_arch = "wasm32")) {
+        // Natively subgroups whenever offered: the layout probe below (and its test) needs them
+        // even where the kernels keep the portable reductions.
+        if features.contains(wgpu::Features::SUBGROUP) && cfg!(not(target_arch = "wasm32")) {
             wanted |= wgpu::Features::SUBGROUP;
         }
         if fused_attention {
@@ -264,7 +266,38 @@ impl Gpu {
         };
         let scratch_row = crate::ops::matmul::i8_scratch_row(limits.max_compute_workgroup_storage_size as usize);
         let pipelines = Pipelines::new(sg32, idot, fused_attention, matrix_units, i8_prefill, scratch_row);
-        Ok(Gpu { device, queue, summary, limits, pipelines, error, lost, id })
+        let mut gpu = Gpu { device, queue, summary, limits, pipelines, error, lost, id };
+        // The subgroup kernels (reductions, 8-bit and f16 matrices) take lid / 32 as a subgroup
+        // and lid % 32 as its lane; where the adapter lays subgroups out otherwise (or the probe
+        // cannot run), the portable kernels compute the same results.
+        let probe = if cfg!(target_arch = "wasm32") { sg32 } else { wanted.contains(wgpu::Features::SUBGROUP) };
+        if (sg32 || matrix_units) && probe && gpu.subgroup_layout().await.ok().flatten() != Some(32) {
+            gpu.pipelines = Pipelines::new(false, idot, fused_attention, false, false, scratch_row);
+            gpu.summary.subgroups = false;
+            gpu.summary.matrix_units = false;
+            gpu.summary.i8_prefill = false;
+        }
+        Ok(gpu)
+    }
+
+    /// The subgroup width where every invocation of a 256-wide workgroup sits at lane
+    /// lid % width of the subgroup of invocations lid - lid % width.., in order
+    /// (subgroup_layout.wgsl); `None` where some invocation does not. Needs a device with
+    /// subgroups. Its errors (a browser that rejects the probe's WGSL) are its own: an error
+    /// scope keeps them from the device's error slot, which would fail every later call.
+    pub async fn subgroup_layout(&self) -> Result<Option<u32>> {
+        let out = self.buffer("subgroup layout", 1024)?;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let ran = crate::ops::run_once(self, crate::ops::Caps::of(self), [1, 0, 0], |r| {
+            r.push("subgroup layout", Kernel::SubgroupLayout, &[], &[(0, &out)], crate::ops::Grid::Fixed(1))
+        });
+        if let Some(e) = scope.pop().await {
+            return Err(Error::Gpu(format!("the subgroup layout probe: {e}")));
+        }
+        ran?;
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&self.read_buffer(&out, 1024).await?);
+        self.check()?;
+        Ok(Some(words[0]).filter(|&w| w > 0 && words.iter().all(|&x| x == w)))
     }
 
     async fn request(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {

@@ -94,10 +94,13 @@ pub enum Kernel {
     DeltaRule,
     GatedNorm,
     AttnGate,
+    /// Which lane each invocation is in its subgroup (subgroup_layout.wgsl): run once when a
+    /// device opens, before the kernels that rely on the layout are chosen.
+    SubgroupLayout,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 27] = [
+    pub const ALL: [Kernel; 28] = [
         Kernel::MatVec,
         Kernel::QkvRope,
         Kernel::FfnSplit,
@@ -125,6 +128,7 @@ impl Kernel {
         Kernel::DeltaRule,
         Kernel::GatedNorm,
         Kernel::AttnGate,
+        Kernel::SubgroupLayout,
     ];
 }
 
@@ -179,6 +183,7 @@ impl Kernel {
             Kernel::DeltaRule => (shader!("delta_rule.wgsl"), false, false),
             Kernel::GatedNorm => (shader!("gated_norm.wgsl"), false, false),
             Kernel::AttnGate => (shader!("attn_gate.wgsl"), false, false),
+            Kernel::SubgroupLayout => (shader!("subgroup_layout.wgsl"), false, false),
         };
         let merge = matches!(self, Kernel::AttnDecode | Kernel::AttnCombine);
         let layout = weights || reduce || self == Kernel::MatMulI8;
@@ -257,6 +262,7 @@ impl Kernel {
             Kernel::DeltaRule => &[Some(Read), Some(Read), Some(ReadWrite), None, Some(ReadWrite), Some(Uniform)],
             Kernel::GatedNorm => &[Some(Read), Some(ReadWrite), None, Some(Read), None, Some(Uniform)],
             Kernel::AttnGate => &[Some(Read), Some(ReadWrite), None, None, None, Some(Uniform)],
+            Kernel::SubgroupLayout => &[Some(ReadWrite), None, None, None, None, Some(Uniform)],
             Kernel::Sample => &[
                 Some(Read),
                 Some(ReadWrite),
@@ -395,6 +401,10 @@ impl Pipelines {
                 "const TS: u32 = {ts}u;\nconst PAIR: u32 = {pair}u;\nconst TILE: u32 = {}u;\n",
                 16 * ts
             ));
+        }
+        // The layout probe runs only on devices opened with subgroups.
+        if k == Kernel::SubgroupLayout && cfg!(target_arch = "wasm32") {
+            code.push_str("enable subgroups;\n");
         }
         if src.reduce {
             // Browsers want the directive; naga natively rejects it (reduce_sg.wgsl).
