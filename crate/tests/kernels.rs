@@ -680,6 +680,7 @@ fn rotate(x: &[f32], pos: usize, inv: &[f64]) -> Vec<f32> {
 
 /// Checks the k and v entries a kernel wrote for token positions `pos0..pos0 + t` against
 /// rows of [q; k; v], and that nothing else in the cache changed.
+#[allow(clippy::too_many_arguments)]
 fn check_cache(kv: &[f32], qkv: &[Vec<f32>], nh: usize, nkv: usize, hd: usize, ctx: usize, pos0: usize, inv: &[f64]) {
     for (tt, row) in qkv.iter().enumerate() {
         for j in 0..nkv {

@@ -712,7 +712,7 @@ mod tests {
 
     #[test]
     fn a_request_is_an_object() {
-        let e = ChatRequest::from_json(" [] ").err().expect("an array is refused").to_string();
+        let e = ChatRequest::from_json(" [] ").expect_err("an array is refused").to_string();
         assert!(e.contains("must be a JSON object"), "{e}");
         assert!(ChatRequest::from_json(r#"{"messages": [{"role": "user", "content": "hi"}]}"#).is_ok());
     }
