@@ -180,6 +180,19 @@ fn hostile_templates_stop_quickly() {
         other => panic!("expected a time-limit error, got {other:?}"),
     };
     assert!(m.contains("time limit"), "{m}");
+    // Long chains of operators, accesses, calls and filters in one tag: the syntax tree they
+    // nest overflowed the stack (20-40 KB of template) before minijinja's recursion limit saw it.
+    for (piece, n) in [("-", 30000), ("not ", 30000), ("+1", 30000), ("[0]", 40000), (".a", 40000), ("|abs", 40000)] {
+        let src = match piece {
+            "-" | "not " => format!("{{{{ {}1 }}}}", piece.repeat(n)),
+            _ => format!("{{{{ 1{} }}}}", piece.repeat(n)),
+        };
+        let m = template_err(&src);
+        assert!(m.contains("expression too long"), "{piece} x {n}: {m}");
+    }
+    // ... in a tag of its own each: 400 in each of many tags is fine.
+    let many = format!("{{% set x = 0{} %}}", "+1".repeat(400)).repeat(50) + "{{ x }}";
+    assert_eq!(render(&many).unwrap(), "400");
     // Syntax errors and oversized sources.
     template_err("{% for %}");
     let m = template_err(&"x".repeat(2 << 20));

@@ -12,6 +12,11 @@ use crate::syntax::SyntaxConfig;
 use crate::value::Value;
 
 const MAX_RECURSION: usize = 150;
+/// ferrolm: the nodes one template tag's expressions may wrap around another (operators,
+/// postfix accesses and calls, filters, tests, inline ifs). Chains of them nest the AST without
+/// recursing in the parser, and a few tens of thousands (`{{ 1+1+1... }}`, `{{ - - - 1 }}`,
+/// `{{ x.a.a.a... }}`: 20-40 KB of template) overflowed the stack in code generation and drop.
+const MAX_NODES: usize = 500;
 const RESERVED_NAMES: [&str; 8] = [
     "true", "True", "false", "False", "none", "None", "loop", "self",
 ];
@@ -183,6 +188,8 @@ struct Parser<'a> {
     #[cfg(feature = "multi_template")]
     blocks: BTreeSet<&'a str>,
     depth: usize,
+    /// ferrolm: nodes wrapped in the current tag (`MAX_NODES`).
+    nodes: usize,
 }
 
 macro_rules! binop {
@@ -195,6 +202,7 @@ macro_rules! binop {
                     $($tok)*
                     _ => break,
                 };
+                ok!(self.wrap());
                 ok!(self.stream.next());
                 let right = ok!(self.$next());
                 left = ast::Expr::BinOp(Spanned::new(
@@ -215,6 +223,7 @@ macro_rules! unaryop {
                 $($tok)*
                 _ => return self.$next()
             };
+            ok!(self.wrap());
             ok!(self.stream.next());
             Ok(ast::Expr::UnaryOp(Spanned::new(
                 ast::UnaryOp {
@@ -264,7 +273,19 @@ impl<'a> Parser<'a> {
             #[cfg(feature = "multi_template")]
             blocks: BTreeSet::new(),
             depth: 0,
+            nodes: 0,
         }
+    }
+
+    /// ferrolm: one more node wrapped in this tag (`MAX_NODES`).
+    fn wrap(&mut self) -> Result<(), Error> {
+        self.nodes += 1;
+        if self.nodes > MAX_NODES {
+            return Err(syntax_error(Cow::Borrowed(
+                "expression too long: more than 500 operators, accesses or filters in one tag",
+            )));
+        }
+        Ok(())
     }
 
     /// Parses a template.
@@ -303,6 +324,7 @@ impl<'a> Parser<'a> {
         let mut expr = ok!(self.parse_or());
         loop {
             if skip_token!(self, Token::Ident("if")) {
+                ok!(self.wrap());
                 let expr2 = ok!(self.parse_or());
                 let expr3 = if skip_token!(self, Token::Ident("else")) {
                     Some(ok!(self.parse_ifexpr()))
@@ -358,6 +380,7 @@ impl<'a> Parser<'a> {
             if !matches!(op, ast::CompareOpKind::NotIn) {
                 ok!(self.stream.next());
             }
+            ok!(self.wrap());
             ops.push(ast::CompareOp {
                 op,
                 expr: ok!(self.parse_math1()),
@@ -431,6 +454,7 @@ impl<'a> Parser<'a> {
         if !matches_token!(self, Token::Minus) {
             return self.parse_primary();
         }
+        ok!(self.wrap());
         ok!(self.stream.next());
         let operand_span = self.stream.current_span();
         let operand = ok!(self.parse_unary_only());
@@ -461,6 +485,7 @@ impl<'a> Parser<'a> {
             let next_span = self.stream.current_span();
             match ok!(self.stream.current()) {
                 Some((Token::Dot, _)) => {
+                    ok!(self.wrap());
                     ok!(self.stream.next());
                     match ok!(self.stream.next()) {
                         Some((Token::Ident(name), _)) => {
@@ -492,6 +517,7 @@ impl<'a> Parser<'a> {
                     }
                 }
                 Some((Token::BracketOpen, _)) => {
+                    ok!(self.wrap());
                     ok!(self.stream.next());
 
                     let mut start = None;
@@ -538,6 +564,7 @@ impl<'a> Parser<'a> {
                     }
                 }
                 Some((Token::ParenOpen, _)) => {
+                    ok!(self.wrap());
                     let args = ok!(self.parse_args());
                     expr = ast::Expr::Call(Spanned::new(
                         ast::Call { expr, args },
@@ -578,6 +605,7 @@ impl<'a> Parser<'a> {
         loop {
             match ok!(self.stream.current()) {
                 Some((Token::Pipe, _)) => {
+                    ok!(self.wrap());
                     ok!(self.stream.next());
                     let (name, span) = ok!(self.parse_filter_test_name());
                     let args = if matches_token!(self, Token::ParenOpen) {
@@ -595,6 +623,7 @@ impl<'a> Parser<'a> {
                     ));
                 }
                 Some((Token::Ident("is"), _)) => {
+                    ok!(self.wrap());
                     ok!(self.stream.next());
                     let negated = skip_token!(self, Token::Ident("not"));
                     let (name, span) = ok!(self.parse_filter_test_name());
@@ -1410,6 +1439,7 @@ impl<'a> Parser<'a> {
                     rv.push(ast::Stmt::EmitRaw(Spanned::new(ast::EmitRaw { raw }, span)))
                 }
                 Token::VariableStart => {
+                    self.nodes = 0;
                     let (expr, span) = ok!(self.parse_expr_with_span());
                     rv.push(ast::Stmt::EmitExpr(Spanned::new(
                         ast::EmitExpr { expr },
@@ -1422,6 +1452,8 @@ impl<'a> Parser<'a> {
                         Some(rv) => rv,
                         None => syntax_error!("unexpected end of input, expected keyword"),
                     };
+                    // A new tag: this one, or the `elif` / `else` / end tag the caller goes on with.
+                    self.nodes = 0;
                     if end_check(tok) {
                         return Ok(rv);
                     }
