@@ -430,7 +430,7 @@ impl Pipeline {
                                 t.shape
                             )));
                         }
-                        st.read_tensor_f32(&src, t)
+                        finite(&format!("{wpath}: {name}"), st.read_tensor_f32(&src, t)?)
                     };
                     let (i, o) = (c.in_features as u64, c.out_features as u64);
                     let residual = match (c.use_residual, i == o) {
@@ -549,6 +549,7 @@ impl Pipeline {
             }
             let mut weight = vec![0f32; i * o];
             crate::weights::quant::dequantize(t.ty, &raw, &mut weight)?;
+            let weight = finite(&format!("{}: {name}", g.name), weight)?;
             self.dense.push(Dense {
                 in_features: i,
                 out_features: o,
@@ -870,5 +871,14 @@ mod tests {
         p.include_prompt = false;
         p.pooling = vec![PoolMode::Mean];
         assert_eq!(p.apply(&states, 2, 1), vec![4.0, -2.0]);
+    }
+}
+
+/// A Dense layer's values, refused where one is not finite: it would turn every embedding
+/// into NaN (printed as null) instead of an error.
+fn finite(what: &str, v: Vec<f32>) -> Result<Vec<f32>> {
+    match v.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(Error::Model(format!("{what}: value {i} is not finite ({})", v[i]))),
+        None => Ok(v),
     }
 }

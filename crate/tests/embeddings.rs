@@ -305,3 +305,42 @@ fn embeddinggemma_gguf_matches_sentence_transformers() {
         assert!(c > 0.999, "input {i}: cosine {c}");
     }
 }
+
+/// A NaN in a sentence-transformers Dense layer turned every embedding into NaN (printed as
+/// null): loading refuses it and names the file and tensor.
+#[test]
+fn non_finite_dense_is_refused() {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                copy(&e.path(), &to.join(e.file_name()));
+            } else {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    }
+    let tmp = std::env::temp_dir().join(format!("ferrolm-dense-nan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    copy(&dir("embeddinggemma"), &tmp);
+    let path = tmp.join("2_Dense/model.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let hlen = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + hlen]).unwrap();
+    let t = &header["linear.weight"];
+    let at = 8 + hlen + t["data_offsets"][0].as_u64().unwrap() as usize + 4 * 5;
+    let nan: &[u8] = match t["dtype"].as_str().unwrap() {
+        "F32" => &[0x00, 0x00, 0xc0, 0x7f],
+        "F16" => &[0x00, 0x7e],
+        "BF16" => &[0xc0, 0x7f],
+        other => panic!("dtype {other}"),
+    };
+    bytes[at..at + nan.len()].copy_from_slice(nan);
+    std::fs::write(&path, &bytes).unwrap();
+    let e = block_on(Engine::load_path(&tmp, &LoadOptions::default(), &mut |_, _, _| {}))
+        .err()
+        .expect("a NaN Dense weight was loaded");
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(e.to_string().contains("linear.weight") && e.to_string().contains("not finite"), "{e}");
+}

@@ -12,9 +12,13 @@ use ferrolm::weights::FileSource;
 /// A one-layer SmolLM2-shaped file of `ty`, with `patch` applied at byte `at` of tensor `name`'s
 /// data; the load's error.
 fn load_patched(ty: GgmlType, name: &str, at: u64, patch: &[u8]) -> Option<ferrolm::Error> {
-    let shape = ferrolm::synth::Shape { vocab: 4096, ..ferrolm::synth::shape("smollm2-135m").unwrap() };
+    load_patched_shape("smollm2-135m", ty, name, at, patch)
+}
+
+fn load_patched_shape(shape: &str, ty: GgmlType, name: &str, at: u64, patch: &[u8]) -> Option<ferrolm::Error> {
+    let shape = ferrolm::synth::Shape { vocab: 4096, ..ferrolm::synth::shape(shape).unwrap() };
     let opts = ferrolm::synth::SynthOptions { shape, ty, seed: 5, layers: Some(1), sparse: false };
-    let m = common::SynthModel::write(&format!("nonfinite-{}-{name}", ty.name()), &opts);
+    let m = common::SynthModel::write(&format!("nonfinite-{}-{}-{name}", opts.shape.name, ty.name()), &opts);
     let t = GgufFile::read(&FileSource::open(&m.path).unwrap()).unwrap().tensor(name).unwrap().clone();
     let mut bytes = std::fs::read(&m.path).unwrap();
     let o = (t.offset + at) as usize;
@@ -42,4 +46,17 @@ fn non_finite_weights_are_refused() {
     refused(load_patched(GgmlType::Q4_0, "blk.0.ffn_gate.weight", 18 * 7, &[0x00, 0x7c]), "blk.0.ffn_gate.weight");
     // A NaN in an f32 norm vector.
     refused(load_patched(GgmlType::Q4_0, "output_norm.weight", 8, &f32::NAN.to_le_bytes()), "output_norm.weight");
+}
+
+/// Rotary frequency factors (Llama 3's `rope_freqs`, Phi-3's `rope_factors_*`) divide the
+/// frequencies: a zero, negative or NaN one made greedy decoding repeat token 0 and sampling fail
+/// with a message about the sampler. Loading refuses them.
+#[test]
+fn rotary_factors_must_be_positive() {
+    for bad in [0.0f32, -1.0, f32::NAN] {
+        let e = load_patched_shape("llama-3.2-1b", GgmlType::Q4_0, "rope_freqs.weight", 4, &bad.to_le_bytes())
+            .unwrap_or_else(|| panic!("rope factor {bad} was loaded"));
+        assert_eq!(e.kind(), "ModelFormatError", "{e}");
+        assert!(e.to_string().contains("rope_freqs.weight") && e.to_string().contains("positive"), "{e}");
+    }
 }

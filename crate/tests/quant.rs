@@ -287,3 +287,35 @@ fn quantize_error_bounds() {
         eprintln!("{}: worst error {:.3} of the bound", ty.name(), worst);
     }
 }
+
+/// Quantizing at load (`--quantize`) refuses what the block types cannot hold: a NaN became a
+/// finite quant, and a value past the f16 scale's range an infinite scale (then reported as a
+/// non-finite value of the file).
+#[test]
+fn quantize_refuses_values_it_cannot_hold() {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::F16, GgmlType::BF16] {
+        for bad in [f32::NAN, f32::INFINITY] {
+            let mut x = vec![0.5f32; 64];
+            x[40] = bad;
+            let e = quantize(ty, &x).expect_err("a non-finite value was quantized").to_string();
+            assert!(e.contains("value 40 is not finite"), "{ty:?}: {e}");
+        }
+        assert!(quantize(ty, &[0.5f32; 64]).is_ok());
+    }
+    for (ty, big, fits) in [
+        (GgmlType::Q8_0, 1e10f32, 65504.0 * 100.0),
+        (GgmlType::Q4_0, 1e7, 65504.0 * 7.0),
+        (GgmlType::Q4_1, 7e4, 6e4),
+        (GgmlType::F16, 7e4, 6e4),
+    ] {
+        let mut x = vec![0.5f32; 64];
+        x[3] = big;
+        let e = quantize(ty, &x).expect_err("a value past the scale's range was quantized").to_string();
+        assert!(e.contains("value 3") && e.contains("too large"), "{ty:?}: {e}");
+        x[3] = fits;
+        let q = quantize(ty, &x).unwrap();
+        let mut back = vec![0f32; 64];
+        dequantize(ty, &q, &mut back).unwrap();
+        assert!(back.iter().all(|v| v.is_finite()), "{ty:?}: {back:?}");
+    }
+}

@@ -417,7 +417,7 @@ impl<S: AsyncSource> HfModel<S> {
             SafetensorsModel::read_range(src, t.offset + r0 as u64 * row_bytes, n as u64 * row_bytes, on_read).await?;
         if matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
             let x = crate::weights::safetensors::to_f32(&t.dtype, &raw).expect("dtype checked");
-            pack::pack(ty, n, cols, &quant::quantize(ty, &x)?)
+            pack::pack(ty, n, cols, &quantize_rows(name, ty, &x, (r0, cols))?)
         } else {
             pack::pack(ty, n, cols, &raw)
         }
@@ -447,7 +447,8 @@ impl<S: AsyncSource> HfModel<S> {
             SafetensorsModel::read_range(src, t.offset + r0 as u64 * row_bytes, n as u64 * row_bytes, on_read).await?;
         if matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
             let x = crate::weights::safetensors::to_f32(&t.dtype, &raw).expect("dtype checked");
-            pack::pack(ty, prows, pcols, &quant::quantize(ty, &pad_rows(&x, cols, n, prows, pcols))?)
+            let x = pad_rows(&x, cols, n, prows, pcols);
+            pack::pack(ty, prows, pcols, &quantize_rows(name, ty, &x, (r0, pcols))?)
         } else {
             let es = (t.dtype.bits() / 8) as usize;
             pack::pack(ty, prows, pcols, &pad_rows(&raw, cols * es, n, prows, pcols * es))
@@ -643,4 +644,19 @@ fn read_st_files(
         module_files.push((path, bytes));
     }
     Ok(Some(crate::embed::StFiles { modules, config: read(config)?, sbert: read(sbert)?, module_files }))
+}
+
+/// Rows of `name` (from row `r0`, `width` values each) quantized to `ty` at load
+/// (`--quantize`), refusing values that are not finite or too large for the type's f16 scale
+/// with the tensor and position named: quantized, a NaN became finite junk.
+fn quantize_rows(name: &str, ty: GgmlType, x: &[f32], (r0, width): (usize, usize)) -> Result<Vec<u8>> {
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        let (row, col) = (r0 + i / width.max(1), i % width.max(1));
+        return Err(Error::Model(format!(
+            "tensor {name}: the value at row {row}, column {col} is not finite ({})",
+            x[i]
+        )));
+    }
+    quant::quantize(ty, x)
+        .map_err(|e| Error::Model(format!("tensor {name} (rows from {r0}, {width} wide) to {}: {e}", ty.name())))
 }

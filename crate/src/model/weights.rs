@@ -697,16 +697,25 @@ impl TensorSource for GgufSource<'_> {
     /// ones (see ModelConfig::rope_table_key).
     async fn prepare(&self, cfg: &mut ModelConfig, on_read: &mut dyn FnMut(u64)) -> Result<()> {
         let gguf = self.gguf;
+        // Each factor divides a rotary frequency: zero, negative or non-finite ones make the
+        // rotations (and every logit after them) meaningless.
+        let factors = |name: &str, v: Vec<f32>| match v.iter().position(|x| !(x.is_finite() && *x > 0.0)) {
+            Some(i) => {
+                Err(Error::Model(format!("tensor {name}: factor {i} is {}; rotary factors must be positive", v[i])))
+            }
+            None => Ok(v),
+        };
         if gguf.tensor("rope_freqs.weight").is_some() {
-            cfg.rope_freq_factors = Some(self.vector_f32("rope_freqs.weight", cfg.rope_dim / 2, on_read).await?);
+            let v = self.vector_f32("rope_freqs.weight", cfg.rope_dim / 2, on_read).await?;
+            cfg.rope_freq_factors = Some(factors("rope_freqs.weight", v)?);
         }
         if gguf.tensor("rope_factors_short.weight").is_some() {
-            cfg.rope_freq_factors =
-                Some(self.vector_f32("rope_factors_short.weight", cfg.rope_dim / 2, on_read).await?);
+            let v = self.vector_f32("rope_factors_short.weight", cfg.rope_dim / 2, on_read).await?;
+            cfg.rope_freq_factors = Some(factors("rope_factors_short.weight", v)?);
             if gguf.tensor("rope_factors_long.weight").is_some() {
                 let mut long = cfg.clone();
-                long.rope_freq_factors =
-                    Some(self.vector_f32("rope_factors_long.weight", cfg.rope_dim / 2, on_read).await?);
+                let v = self.vector_f32("rope_factors_long.weight", cfg.rope_dim / 2, on_read).await?;
+                long.rope_freq_factors = Some(factors("rope_factors_long.weight", v)?);
                 let key = format!("{}.rope.scaling.original_context_length", cfg.arch);
                 let original = gguf.get_u64(&key)?.map_or(cfg.context_train, |v| v as usize);
                 let long = long.rope_inv_freq();

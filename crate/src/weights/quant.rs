@@ -347,6 +347,25 @@ pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
     if !x.len().is_multiple_of(bs) {
         return Err(Error::Quant(format!("{} elements is not a whole number of {} blocks", x.len(), ty.name())));
     }
+    // A value that is not finite, or one whose block scale would not fit in f16, would quantize
+    // to finite junk or to an infinite scale (whose error then blames the file's values).
+    let limit = match ty {
+        // Q4_1 stores its minimum in f16 (its scale, the range / 15, then fits too).
+        GgmlType::F16 | GgmlType::Q4_1 => F16_MAX,
+        GgmlType::Q8_0 => F16_MAX * 127.0,
+        GgmlType::Q4_0 => F16_MAX * 8.0,
+        _ => f32::MAX,
+    };
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        return Err(Error::Quant(format!("value {i} is not finite ({})", x[i])));
+    }
+    if let Some(i) = x.iter().position(|v| v.abs() > limit) {
+        return Err(Error::Quant(format!(
+            "value {i} ({:e}) is too large for {} (its scale would not fit in f16)",
+            x[i],
+            ty.name()
+        )));
+    }
     let mut out = Vec::with_capacity(x.len() / bs * ty.type_size() as usize);
     match ty {
         GgmlType::F32 => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
@@ -371,6 +390,9 @@ pub fn quantize_q4_0(x: &[f32]) -> Result<Vec<u8>> {
 pub fn quantize_q4_1(x: &[f32]) -> Result<Vec<u8>> {
     quantize(GgmlType::Q4_1, x)
 }
+
+/// The largest finite f16.
+const F16_MAX: f32 = 65504.0;
 
 fn push_f16(out: &mut Vec<u8>, v: f32) {
     out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes());
