@@ -41,11 +41,10 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         workgroupBarrier();
     }
     if (lid == 0u) {
-        var tok = best_i[0];
-        if (tok >= V) {
-            tok = 0u;   // all logits NaN: keep the id in range; the engine reports the NaNs
-        }
-        ids[0] = tok;
+        // No logit was a number (NaN everywhere): the next step's embedding still reads an id in
+        // range, and the CPU gets the out-of-range one, which the engine reports.
+        let tok = best_i[0];
+        ids[0] = select(tok, 0u, tok >= V);
         out[step.slot] = tok;
     }
 }

@@ -514,7 +514,10 @@ impl Engine {
                 return Ok(g.end(StopReason::Context));
             };
             if id as usize >= self.rt.cfg.vocab {
-                return Err(Error::Gpu(format!("the GPU sampler returned token {id}, outside the vocabulary")));
+                // What argmax.wgsl and sample.wgsl return where no logit is a number.
+                return Err(Error::Gpu(format!(
+                    "the model produced non-finite logits (NaN or infinity): no token to pick (the GPU returned {id})"
+                )));
             }
             if let Some(c) = g.constraint.as_mut() {
                 c.commit(id)?;

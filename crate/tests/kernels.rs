@@ -1101,6 +1101,18 @@ fn lm_head_argmax_picks_first_maximum() {
         assert_eq!(read_u32(&g, &ib, 1)[0], want, "wg {wg} slices {slices}");
         assert_eq!(read_u32(&g, &ob, 8), [u32::MAX, u32::MAX, u32::MAX, want, u32::MAX, u32::MAX, u32::MAX, u32::MAX]);
     }
+    // No logit a number (x all NaN): the next step reads id 0, the CPU gets an id past the
+    // vocabulary, which the engine reports as non-finite logits.
+    let (words, _, _) = random_matrix(&mut r, L::F32, v, k);
+    let w = gpu_matrix(&g, L::F32, (&words, &[]), v, k);
+    let (xb, vb, yb) = (buf_f32(&g, &vec![f32::NAN; k]), buf_f32(&g, &[0.0; 4]), poisoned(&g, v + 2 * v));
+    let (ib, ob) = (buf_u32(&g, &[7; 4]), buf_u32(&g, &[0; 8]));
+    run(&g, Caps::of(&g), [1, 0, 3], |rec| {
+        let parts = matvec::matvec(rec, MatVec { argmax: true, ..MatVec::new("lm head", &w, &xb, &yb, &vb) });
+        sample::argmax(rec, v, parts, &yb, &ib, &ob);
+    });
+    assert_eq!(read_u32(&g, &ib, 1)[0], 0, "NaN logits: the next step's id");
+    assert!(read_u32(&g, &ob, 8)[3] as usize >= v, "NaN logits: the id read back");
 }
 
 #[test]

@@ -60,3 +60,30 @@ fn rotary_factors_must_be_positive() {
         assert!(e.to_string().contains("rope_freqs.weight") && e.to_string().contains("positive"), "{e}");
     }
 }
+
+/// Finite weights whose products overflow (a final norm of 3e38) give logits that are not
+/// numbers at run time: generation stops with them named, greedy and sampled (here at the
+/// first token; where they appear later, the GPU's pick comes back out of range and the engine
+/// says the same: kernels.rs `lm_head_argmax_picks_first_maximum` checks the kernel's side).
+#[test]
+fn non_finite_logits_stop_generation() {
+    use ferrolm::engine::GenerateOptions;
+    use ferrolm::sampler::SamplingParams;
+    let huge: Vec<u8> = std::iter::repeat_n(3e38f32.to_le_bytes(), 576).flatten().collect();
+    let shape = ferrolm::synth::Shape { vocab: 4096, ..ferrolm::synth::shape("smollm2-135m").unwrap() };
+    let opts = ferrolm::synth::SynthOptions { shape, ty: GgmlType::Q4_0, seed: 5, layers: Some(1), sparse: false };
+    let m = common::SynthModel::write("nonfinite-logits", &opts);
+    let t = GgufFile::read(&FileSource::open(&m.path).unwrap()).unwrap().tensor("output_norm.weight").unwrap().clone();
+    let mut bytes = std::fs::read(&m.path).unwrap();
+    bytes[t.offset as usize..t.offset as usize + huge.len()].copy_from_slice(&huge);
+    std::fs::write(&m.path, &bytes).unwrap();
+    let src = FileSource::open(&m.path).unwrap();
+    let mut e = block_on(Engine::load(&src, &Default::default(), &mut |_, _, _| {})).unwrap();
+    for sampling in [SamplingParams::default(), SamplingParams { temperature: 0.8, seed: 3, ..Default::default() }] {
+        let what = format!("temperature {}", sampling.temperature);
+        let o = GenerateOptions { max_tokens: 4, sampling, ..Default::default() };
+        let r = block_on(e.generate(&[1, 2, 3], &o, &mut |_, _| true));
+        let err = r.err().unwrap_or_else(|| panic!("{what}: generated from non-finite logits")).to_string();
+        assert!(err.contains("non-finite logits"), "{what}: {err}");
+    }
+}
