@@ -299,7 +299,7 @@ impl Engine {
                 fallback.render_json(messages, tools, true)?
             }
         };
-        let ids = self.tokenizer()?.encode(&text)?;
+        let ids = self.embeddable(self.tokenizer()?.encode(&text)?)?;
         if ids.is_empty() {
             // Which of the two dropped everything is worth saying: the fix is in one file.
             let msg = if text.is_empty() {
@@ -332,7 +332,19 @@ impl Engine {
             }
         }
         ids.extend(tok.encode(text)?);
-        Ok(ids)
+        self.embeddable(ids)
+    }
+
+    /// Text's ids, refused where the tokenizer gave one the model has no embedding for: the
+    /// pair of files does not match (the same ids given directly are an invalid option).
+    fn embeddable(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
+        match ids.iter().find(|&&id| id as usize >= self.rt.cfg.vocab) {
+            Some(id) => Err(Error::Model(format!(
+                "the tokenizer gave token id {id}, but the model has {} token embeddings: its tokenizer does not match its weights",
+                self.rt.cfg.vocab
+            ))),
+            None => Ok(ids),
+        }
     }
 
     /// Start generating from `prompt` (ids): runs the prompt through the model, reusing the KV
