@@ -651,6 +651,12 @@ impl Generation {
         &self.out.text
     }
 
+    /// The part of `text` the events have handed out: the rest may still turn out to be the
+    /// start of a stop string.
+    pub fn text_handed_out(&self) -> &str {
+        self.out.handed_out()
+    }
+
     /// Choose a token on the CPU: log-probabilities from the raw logits, then OpenAI's bias and
     /// penalties, the constraint's mask, and the sampler.
     fn pick(&mut self, mut logits: Vec<f32>) -> Result<(u32, Option<TokenLogprob>)> {

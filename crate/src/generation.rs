@@ -267,6 +267,11 @@ impl TextOut {
         (out, false)
     }
 
+    /// The text handed out so far: without what is held back as a possible stop string's start.
+    pub fn handed_out(&self) -> &str {
+        &self.text[..self.sent.min(self.text.len())]
+    }
+
     /// Everything not handed out yet.
     pub fn flush(&mut self) -> String {
         let out = self.text[self.sent.min(self.text.len())..].to_string();

@@ -560,3 +560,30 @@ fn real_world_schemas_compile_or_name_what_is_unsupported() {
         .unwrap();
     assert!(e.to_string().contains("uniqueItems"), "{e}");
 }
+
+/// A stop string whose first characters come in an earlier token than its last: the stream holds
+/// them back as the plain response does, so both give the same content.
+#[test]
+fn streamed_content_holds_back_a_stop_strings_start() {
+    let Some(mut e) = engine() else { return };
+    let base = json!({"messages": [{"role": "user", "content": "Count from one to ten in words."}], "max_tokens": 24, "temperature": 0});
+    let full = complete(&mut e, base.clone())["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    // A stop of several characters that starts inside one token and ends in a later one.
+    let words: Vec<&str> = full.split_whitespace().collect();
+    assert!(words.len() >= 4, "{full:?}");
+    let stop = format!("{} {}", &words[2][words[2].len().saturating_sub(2)..], &words[3][..words[3].len().min(2)]);
+    let mut req = base.clone();
+    req["stop"] = json!([stop]);
+    let plain = complete(&mut e, req.clone())["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    assert!(!plain.contains(&stop) && full.starts_with(&plain), "{stop:?}: {plain:?} of {full:?}");
+    req["stream"] = json!(true);
+    let r = ChatRequest::from_json(&req.to_string()).unwrap();
+    let mut run = ChatRun::new(&mut e, &r, 7, 0, "test".into()).unwrap();
+    let mut streamed = String::new();
+    while let Some(c) = block_on(run.next_chunk(&mut e)).unwrap() {
+        if let Some(t) = c["choices"][0]["delta"]["content"].as_str() {
+            streamed.push_str(t);
+        }
+    }
+    assert_eq!(streamed, plain, "stop {stop:?}");
+}

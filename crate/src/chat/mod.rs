@@ -566,7 +566,8 @@ impl ChatRun {
         let ended = g.stop_reason.is_some();
         if let Some(ev) = &ev {
             if self.plan.stream {
-                let text = g.text();
+                // Only what the events handed out: a stop string's first tokens are held back.
+                let text = g.text_handed_out();
                 let upto = match self.plan.tool_format {
                     Some(f) => tools::call_start(text, f).unwrap_or(text.len()),
                     None => text.len(),

@@ -719,7 +719,9 @@ impl TensorSource for GgufSource<'_> {
                 let key = format!("{}.rope.scaling.original_context_length", cfg.arch);
                 let original = gguf.get_u64(&key)?.map_or(cfg.context_train, |v| v as usize);
                 if original == 0 {
-                    return Err(Error::Model(format!("{key} is 0: the context the short factors cover must be positive")));
+                    return Err(Error::Model(format!(
+                        "{key} is 0: the context the short factors cover must be positive"
+                    )));
                 }
                 let long = long.rope_inv_freq();
                 // Phi3ForCausalLM recomputes the cache when a generation crosses the original context.
