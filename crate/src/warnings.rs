@@ -13,8 +13,9 @@ impl log::Log for Sink {
         if !self.enabled(r.metadata()) {
             return;
         }
+        // Best effort: a stderr that cannot be written (a full disk) must not panic.
         #[cfg(not(target_arch = "wasm32"))]
-        eprintln!("warning: {}", r.args());
+        let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("warning: {}\n", r.args()));
         #[cfg(target_arch = "wasm32")]
         {
             use wasm_bindgen::{JsCast, JsValue};

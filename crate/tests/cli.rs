@@ -50,6 +50,31 @@ fn a_full_stdout_is_an_error_not_a_panic() {
     }
 }
 
+/// A full stderr (progress, notes, errors) is no reason to panic: the command does its work and
+/// its exit status still tells failure from success.
+#[test]
+fn a_full_stderr_is_not_a_panic() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    let m = model();
+    for (args, code) in [
+        (vec!["inspect", "--model", "/nonexistent/model.gguf"], 1),
+        (vec!["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2"], 0),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_ferrolm"))
+            .args(&args)
+            .env("XDG_RUNTIME_DIR", std::env::var("XDG_RUNTIME_DIR").unwrap_or("/tmp".into()))
+            .env("WGPU_BACKEND", std::env::var("WGPU_BACKEND").unwrap_or("vulkan".into()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(full.try_clone().unwrap()))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
+    }
+}
+
 #[test]
 fn negative_values_reach_the_option_checks() {
     let m = model();

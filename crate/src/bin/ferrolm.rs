@@ -11,6 +11,21 @@ use ferrolm::weights::FileSource;
 use ferrolm::{Error, Result};
 use std::io::{BufRead, Write};
 
+/// Diagnostics (progress, notes, the final error) go to stderr as well as it takes them: std's
+/// `eprintln!` panics where stderr cannot be written (`2>/dev/full`: every command exited 101
+/// with nothing done), and the exit status still says whether the command failed.
+macro_rules! eprintln {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+macro_rules! eprint {
+    ($($t:tt)*) => {{
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+
 /// `println!` for results: a failed write to stdout (a full disk, a closed file) ends the command
 /// with an error and a non-zero status instead of a panic or a silent loss.
 macro_rules! outln {
