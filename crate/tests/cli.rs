@@ -75,6 +75,26 @@ fn a_full_stderr_is_not_a_panic() {
     }
 }
 
+/// Input files and standard input are read up to a cap: an endless one (`/dev/zero`) is an
+/// error, not a process the kernel kills after it filled memory.
+#[test]
+fn endless_inputs_are_an_error() {
+    if !std::path::Path::new("/dev/zero").exists() {
+        return;
+    }
+    let m = model();
+    for args in [
+        vec!["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "1", "--grammar", "/dev/zero"],
+        vec!["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "1", "--json-schema", "/dev/zero"],
+        vec!["chat-completion", "--model", &m, "--request", "/dev/zero"],
+    ] {
+        let o = ferrolm(&args, Stdio::null());
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("/dev/zero: more than 64 MiB"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn negative_values_reach_the_option_checks() {
     let m = model();

@@ -26,6 +26,28 @@ macro_rules! eprint {
     }};
 }
 
+/// The most an input file or standard input may hold (requests, schemas, grammars, references,
+/// texts, a chat line): past it reading stops with an error instead of filling memory
+/// (`--grammar /dev/zero` grew to 24 GB before the kernel killed it).
+const MAX_INPUT_BYTES: u64 = 64 << 20;
+
+/// All of `r` (`name` in errors) as UTF-8 text of at most `MAX_INPUT_BYTES`.
+fn read_input(name: &str, r: impl std::io::Read) -> Result<String> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    r.take(MAX_INPUT_BYTES + 1).read_to_end(&mut buf).map_err(|e| Error::io(name, e))?;
+    if buf.len() as u64 > MAX_INPUT_BYTES {
+        return Err(Error::InvalidOption(format!("{name}: more than {} MiB", MAX_INPUT_BYTES >> 20)));
+    }
+    String::from_utf8(buf).map_err(|_| {
+        Error::io(name, std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+    })
+}
+
+fn read_file(f: &str) -> Result<String> {
+    read_input(f, std::fs::File::open(f).map_err(|e| Error::io(f, e))?)
+}
+
 /// `println!` for results: a failed write to stdout (a full disk, a closed file) ends the command
 /// with an error and a non-zero status instead of a panic or a silent loss.
 macro_rules! outln {
@@ -479,7 +501,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         msgs.push(ChatMessage { role: "user".into(), content: a.chat.clone().unwrap_or_default() });
         engine.chat_ids(&msgs)?
     };
-    let read = |f: &str| std::fs::read_to_string(f).map_err(|e| Error::io(f, e));
+    let read = read_file;
     let constraint = if let Some(f) = &a.json_schema {
         let schema = serde_json::from_str(&read(f)?)
             .map_err(|e| Error::InvalidOption(format!("--json-schema {f}: not JSON: {e}")))?;
@@ -549,7 +571,13 @@ fn chat(a: ChatArgs) -> Result<()> {
     loop {
         eprint!("> ");
         let mut line = String::new();
-        if stdin.lock().read_line(&mut line).map_err(|e| Error::io("stdin", e))? == 0 || line.trim().is_empty() {
+        let n = std::io::Read::take(stdin.lock(), MAX_INPUT_BYTES)
+            .read_line(&mut line)
+            .map_err(|e| Error::io("stdin", e))?;
+        if n as u64 == MAX_INPUT_BYTES {
+            return Err(Error::InvalidOption(format!("stdin: a line of more than {} MiB", MAX_INPUT_BYTES >> 20)));
+        }
+        if n == 0 || line.trim().is_empty() {
             return Ok(());
         }
         msgs.push(ChatMessage { role: "user".into(), content: line.trim_end().to_string() });
@@ -580,11 +608,7 @@ fn chat_completion(m: &ModelArgs, requests: &[String]) -> Result<()> {
     let reqs = requests
         .iter()
         .map(|f| {
-            let text = if f == "-" {
-                std::io::read_to_string(std::io::stdin()).map_err(|e| Error::io("stdin", e))?
-            } else {
-                std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?
-            };
+            let text = if f == "-" { read_input("stdin", std::io::stdin())? } else { read_file(f)? };
             ferrolm::chat::ChatRequest::from_json(&text).map_err(|e| named(f, e))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -634,9 +658,7 @@ fn embed(
     let mut all = Vec::new();
     for t in texts {
         if t == "-" {
-            for line in std::io::stdin().lock().lines() {
-                all.push(line.map_err(|e| Error::io("stdin", e))?);
-            }
+            all.extend(read_input("stdin", std::io::stdin())?.lines().map(str::to_string));
         } else {
             all.push(t);
         }
@@ -663,7 +685,7 @@ fn embed(
 fn diagnose(model: Option<String>, reference: Option<String>, json: bool) -> Result<()> {
     let reference: Option<ferrolm::diagnose::Reference> = match &reference {
         Some(f) => {
-            let text = std::fs::read_to_string(f).map_err(|e| Error::io(f.clone(), e))?;
+            let text = read_file(f)?;
             Some(serde_json::from_str(&text).map_err(|e| Error::InvalidOption(format!("--reference {f}: {e}")))?)
         }
         None => None,
