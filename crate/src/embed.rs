@@ -840,6 +840,15 @@ impl Engine {
     }
 }
 
+/// A Dense layer's values, refused where one is not finite: it would turn every embedding
+/// into NaN (printed as null) instead of an error.
+fn finite(what: &str, v: Vec<f32>) -> Result<Vec<f32>> {
+    match v.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(Error::Model(format!("{what}: value {i} is not finite ({})", v[i]))),
+        None => Ok(v),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -871,14 +880,5 @@ mod tests {
         p.include_prompt = false;
         p.pooling = vec![PoolMode::Mean];
         assert_eq!(p.apply(&states, 2, 1), vec![4.0, -2.0]);
-    }
-}
-
-/// A Dense layer's values, refused where one is not finite: it would turn every embedding
-/// into NaN (printed as null) instead of an error.
-fn finite(what: &str, v: Vec<f32>) -> Result<Vec<f32>> {
-    match v.iter().position(|x| !x.is_finite()) {
-        Some(i) => Err(Error::Model(format!("{what}: value {i} is not finite ({})", v[i]))),
-        None => Ok(v),
     }
 }
