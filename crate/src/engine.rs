@@ -526,7 +526,8 @@ impl Engine {
                 return Ok(g.end(StopReason::Context));
             };
             if id as usize >= self.rt.cfg.vocab {
-                // What argmax.wgsl and sample.wgsl return where no logit is a number.
+                // What argmax.wgsl and sample.wgsl return where no logit is a number (NaN in every
+                // one; an infinite logit among NaNs still wins the argmax).
                 return Err(Error::Gpu(format!(
                     "the model produced non-finite logits (NaN or infinity): no token to pick (the GPU returned {id})"
                 )));

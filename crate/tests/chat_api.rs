@@ -572,10 +572,26 @@ fn streamed_content_holds_back_a_stop_strings_start() {
     let words: Vec<&str> = full.split_whitespace().collect();
     assert!(words.len() >= 4, "{full:?}");
     let stop = format!("{} {}", &words[2][words[2].len().saturating_sub(2)..], &words[3][..words[3].len().min(2)]);
+    assert!(full.contains(&stop), "{stop:?} is not in {full:?}");
+    // It must start and end in different tokens (else no hold-back is needed).
+    let tok = model_tokenizer().unwrap();
+    let mut ends = Vec::new();
+    let mut text = String::new();
+    for id in tok.encode(&full).unwrap() {
+        text.push_str(&tok.decode(&[id]).unwrap());
+        ends.push(text.len());
+    }
+    let at = full.find(&stop).unwrap();
+    let first = ends.iter().position(|&e| e > at).unwrap();
+    let last = ends.iter().position(|&e| e >= at + stop.len()).unwrap();
+    assert!(first < last, "{stop:?} lies in one token of {full:?}");
     let mut req = base.clone();
     req["stop"] = json!([stop]);
     let plain = complete(&mut e, req.clone())["choices"][0]["message"]["content"].as_str().unwrap().to_string();
-    assert!(!plain.contains(&stop) && full.starts_with(&plain), "{stop:?}: {plain:?} of {full:?}");
+    assert!(
+        plain.len() < full.len() && !plain.contains(&stop) && full.starts_with(&plain),
+        "{stop:?}: {plain:?} of {full:?}"
+    );
     req["stream"] = json!(true);
     let r = ChatRequest::from_json(&req.to_string()).unwrap();
     let mut run = ChatRun::new(&mut e, &r, 7, 0, "test".into()).unwrap();

@@ -37,11 +37,17 @@ fn read_input(name: &str, r: impl std::io::Read) -> Result<String> {
     let mut buf = Vec::new();
     r.take(MAX_INPUT_BYTES + 1).read_to_end(&mut buf).map_err(|e| Error::io(name, e))?;
     if buf.len() as u64 > MAX_INPUT_BYTES {
-        return Err(Error::InvalidOption(format!("{name}: more than {} MiB", MAX_INPUT_BYTES >> 20)));
+        return Err(too_long(name, "more than"));
     }
     String::from_utf8(buf).map_err(|_| {
         Error::io(name, std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
     })
+}
+
+/// The error of an input past `MAX_INPUT_BYTES`: an IoError, like every other failed read.
+fn too_long(name: &str, what: &str) -> Error {
+    let e = std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{what} {} MiB", MAX_INPUT_BYTES >> 20));
+    Error::io(name, e)
 }
 
 fn read_file(f: &str) -> Result<String> {
@@ -570,13 +576,19 @@ fn chat(a: ChatArgs) -> Result<()> {
     let stdin = std::io::stdin();
     loop {
         eprint!("> ");
-        let mut line = String::new();
-        let n = std::io::Read::take(stdin.lock(), MAX_INPUT_BYTES)
-            .read_line(&mut line)
+        let mut bytes = Vec::new();
+        let n = std::io::Read::take(stdin.lock(), MAX_INPUT_BYTES + 1)
+            .read_until(b'\n', &mut bytes)
             .map_err(|e| Error::io("stdin", e))?;
-        if n as u64 == MAX_INPUT_BYTES {
-            return Err(Error::InvalidOption(format!("stdin: a line of more than {} MiB", MAX_INPUT_BYTES >> 20)));
+        if n as u64 > MAX_INPUT_BYTES {
+            return Err(too_long("stdin", "a line of more than"));
         }
+        let line = String::from_utf8(bytes).map_err(|_| {
+            Error::io(
+                "stdin",
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"),
+            )
+        })?;
         if n == 0 || line.trim().is_empty() {
             return Ok(());
         }

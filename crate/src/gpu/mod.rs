@@ -201,9 +201,12 @@ impl Gpu {
             & (wgpu::Features::TIMESTAMP_QUERY
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
-        // Natively subgroups whenever offered: the layout probe below (and its test) needs them
-        // even where the kernels keep the portable reductions.
-        if features.contains(wgpu::Features::SUBGROUP) && cfg!(not(target_arch = "wasm32")) {
+        // Natively subgroups whenever offered (unless FERROLM_NO_SUBGROUPS): the layout probe
+        // below (and its test) needs them even where the kernels keep the portable reductions.
+        if features.contains(wgpu::Features::SUBGROUP)
+            && cfg!(not(target_arch = "wasm32"))
+            && std::env::var("FERROLM_NO_SUBGROUPS").is_err()
+        {
             wanted |= wgpu::Features::SUBGROUP;
         }
         if fused_attention {
@@ -271,11 +274,19 @@ impl Gpu {
         // and lid % 32 as its lane; where the adapter lays subgroups out otherwise (or the probe
         // cannot run), the portable kernels compute the same results.
         let probe = if cfg!(target_arch = "wasm32") { sg32 } else { wanted.contains(wgpu::Features::SUBGROUP) };
-        if (sg32 || matrix_units) && probe && gpu.subgroup_layout().await.ok().flatten() != Some(32) {
-            gpu.pipelines = Pipelines::new(false, idot, fused_attention, false, false, scratch_row);
-            gpu.summary.subgroups = false;
-            gpu.summary.matrix_units = false;
-            gpu.summary.i8_prefill = false;
+        if (sg32 || matrix_units) && probe {
+            let layout = gpu.subgroup_layout().await;
+            if !matches!(layout, Ok(Some(32))) {
+                log::warn!(
+                    "subgroups are not 32 invocations in lane order here ({layout:?}): the portable kernels run"
+                );
+                // Natively the 8-bit prefill takes packed dot products, no subgroups.
+                let i8 = i8_prefill && cfg!(not(target_arch = "wasm32"));
+                gpu.pipelines = Pipelines::new(false, idot, fused_attention, false, i8, scratch_row);
+                gpu.summary.subgroups = false;
+                gpu.summary.matrix_units = false;
+                gpu.summary.i8_prefill = i8;
+            }
         }
         Ok(gpu)
     }
@@ -283,15 +294,19 @@ impl Gpu {
     /// The subgroup width where every invocation of a 256-wide workgroup sits at lane
     /// lid % width of the subgroup of invocations lid - lid % width.., in order
     /// (subgroup_layout.wgsl); `None` where some invocation does not. Needs a device with
-    /// subgroups. Its errors (a browser that rejects the probe's WGSL) are its own: an error
-    /// scope keeps them from the device's error slot, which would fail every later call.
+    /// subgroups. Its errors (a browser that rejects the probe's WGSL: a validation error, or
+    /// an internal one from the driver's compiler) are its own: error scopes keep them from the
+    /// device's error slot, which would fail every later call.
     pub async fn subgroup_layout(&self) -> Result<Option<u32>> {
         let out = self.buffer("subgroup layout", 1024)?;
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
         let ran = crate::ops::run_once(self, crate::ops::Caps::of(self), [1, 0, 0], |r| {
             r.push("subgroup layout", Kernel::SubgroupLayout, &[], &[(0, &out)], crate::ops::Grid::Fixed(1))
         });
-        if let Some(e) = scope.pop().await {
+        let internal = internal.pop();
+        let validation = validation.pop();
+        if let Some(e) = internal.await.or(validation.await) {
             return Err(Error::Gpu(format!("the subgroup layout probe: {e}")));
         }
         ran?;

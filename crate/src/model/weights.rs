@@ -717,12 +717,15 @@ impl TensorSource for GgufSource<'_> {
                 let v = self.vector_f32("rope_factors_long.weight", cfg.rope_dim / 2, on_read).await?;
                 long.rope_freq_factors = Some(factors("rope_factors_long.weight", v)?);
                 let key = format!("{}.rope.scaling.original_context_length", cfg.arch);
-                let original = gguf.get_u64(&key)?.map_or(cfg.context_train, |v| v as usize);
-                if original == 0 {
-                    return Err(Error::Model(format!(
-                        "{key} is 0: the context the short factors cover must be positive"
-                    )));
-                }
+                let original = match gguf.get_u64(&key)? {
+                    Some(0) => {
+                        return Err(Error::Model(format!(
+                            "{key} is 0: the context the short factors cover must be positive"
+                        )))
+                    }
+                    Some(v) => usize::try_from(v).unwrap_or(usize::MAX),
+                    None => cfg.context_train,
+                };
                 let long = long.rope_inv_freq();
                 // Phi3ForCausalLM recomputes the cache when a generation crosses the original context.
                 let recompute = crate::model::family::of(&cfg.arch).is_some_and(|f| f.longrope_recompute);

@@ -13,8 +13,9 @@ use crate::value::Value;
 
 const MAX_RECURSION: usize = 150;
 /// ferrolm: the nodes one template tag's expressions may wrap around another (operators,
-/// postfix accesses and calls, filters, tests, inline ifs). Chains of them nest the AST without
-/// recursing in the parser, and a few tens of thousands (`{{ 1+1+1... }}`, `{{ - - - 1 }}`,
+/// postfix accesses and calls, filters, tests, inline ifs). Chains of them nest the AST (most
+/// without recursing in the parser, unary `-` and `not` by recursing past its depth count), and
+/// a few tens of thousands (`{{ 1+1+1... }}`, `{{ - - - 1 }}`,
 /// `{{ x.a.a.a... }}`: 20-40 KB of template) overflowed the stack in code generation and drop.
 const MAX_NODES: usize = 500;
 const RESERVED_NAMES: [&str; 8] = [
