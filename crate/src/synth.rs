@@ -579,7 +579,7 @@ pub struct SynthOptions {
     /// Keep only this many blocks.
     pub layers: Option<u64>,
     /// Leave tensor data as holes (all zero, a sparse file) instead of random: instant, for tests
-    /// of the header.
+    /// of the header. Rotary factors are ones (a zero factor is refused at load).
     pub sparse: bool,
 }
 
@@ -875,6 +875,11 @@ pub fn write(
         let mut last = 0u64;
         let res = w.write_with(&mut hw, |p: &PlannedTensor, dst: &mut dyn Write| {
             let mut left = p.n_bytes;
+            if sparse && p.name.starts_with("rope_f") && p.ty == GgmlType::F32 {
+                let ones: Vec<u8> = std::iter::repeat_n(1f32.to_le_bytes(), (left / 4) as usize).flatten().collect();
+                dst.write_all(&ones)?;
+                left = 0;
+            }
             while left > 0 {
                 if sparse {
                     let k = left.min(ZEROS.len() as u64) as usize;
