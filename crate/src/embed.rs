@@ -430,7 +430,7 @@ impl Pipeline {
                                 t.shape
                             )));
                         }
-                        finite(&format!("{wpath}: {name}"), st.read_tensor_f32(&src, t)?)
+                        crate::model::load::finite(&format!("{wpath}: {name}"), st.read_tensor_f32(&src, t)?)
                     };
                     let (i, o) = (c.in_features as u64, c.out_features as u64);
                     let residual = match (c.use_residual, i == o) {
@@ -549,7 +549,8 @@ impl Pipeline {
             }
             let mut weight = vec![0f32; i * o];
             crate::weights::quant::dequantize(t.ty, &raw, &mut weight)?;
-            let weight = finite(&format!("{}: {name}", g.name), weight)?;
+            // A NaN weight would make every embedding NaN (printed as null).
+            let weight = crate::model::load::finite(&format!("{}: {name}", g.name), weight)?;
             self.dense.push(Dense {
                 in_features: i,
                 out_features: o,
@@ -837,15 +838,6 @@ impl Engine {
             return Err(Error::ContextOverflow { tokens: n, max_new: 0, context: self.rt.context });
         }
         Ok(())
-    }
-}
-
-/// A Dense layer's values, refused where one is not finite: it would turn every embedding
-/// into NaN (printed as null) instead of an error.
-fn finite(what: &str, v: Vec<f32>) -> Result<Vec<f32>> {
-    match v.iter().position(|x| !x.is_finite()) {
-        Some(i) => Err(Error::Model(format!("{what}: value {i} is not finite ({})", v[i]))),
-        None => Ok(v),
     }
 }
 

@@ -201,9 +201,13 @@ async fn finite_values<T: TensorSource>(
     shape: Shape,
     on_read: &mut dyn FnMut(u64),
 ) -> Result<Vec<f32>> {
-    let v = src.values(name, shape, on_read).await?;
+    finite(&format!("tensor {name}"), src.values(name, shape, on_read).await?)
+}
+
+/// `v` (`what` in the error), refused where a value is not finite (see `finite_rows`).
+pub(crate) fn finite(what: &str, v: Vec<f32>) -> Result<Vec<f32>> {
     match v.iter().position(|x| !x.is_finite()) {
-        Some(i) => Err(Error::Model(format!("tensor {name}: value {i} is not finite ({})", v[i]))),
+        Some(i) => Err(Error::Model(format!("{what}: value {i} is not finite ({})", v[i]))),
         None => Ok(v),
     }
 }
