@@ -708,6 +708,12 @@ impl Generation {
         Ok(TokenEvent { token: Some(id), text, stop: stop_token, logprob })
     }
 
+    /// The logits of the prompt's last position, from `start` until the first `step` takes
+    /// them for the first token.
+    pub fn prompt_logits(&self) -> Option<&[f32]> {
+        self.logits.as_deref()
+    }
+
     pub fn result(&self, dispatches_per_token: usize) -> GenerationResult {
         let steps = self.tokens.len().saturating_sub(1);
         let prefilled = self.prompt_len - self.cached_tokens;

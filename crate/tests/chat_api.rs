@@ -207,26 +207,17 @@ fn json_schemas_always_yield_valid_json() {
             "mood": { "enum": ["happy", "sad"] } }, "required": ["name", "age", "mood"], "additionalProperties": false }),
         json!({ "type": "object", "properties": { "tags": { "type": "array", "items": { "type": "string", "maxLength": 8 }, "maxItems": 2 } }, "required": ["tags"], "additionalProperties": false }),
     ];
+    // Three prompts a schema, each sampled with its own seed (every token a decode step on
+    // lavapipe: 20 prompts took 200 s of the suite).
     let prompts = [
         "Is water wet?",
         "Describe a cat.",
-        "Who are you?",
-        "Tell me about Paris.",
-        "What is 2+2?",
         "Give me tags for a blog post about cooking.",
         "Is the moon made of cheese?",
-        "Describe your mood.",
-        "Write a haiku.",
-        "List two colours.",
-        "Who wrote Hamlet?",
-        "What time is it?",
-        "Say hello.",
         "Describe a dog named Rex.",
+        "List two colours.",
         "Is Rust fast?",
-        "Pick a number.",
-        "What is JSON?",
-        "Name a planet.",
-        "How old is the universe?",
+        "Who are you?",
         "Summarize this: the sky is blue.",
     ];
     let mut fails = Vec::new();
