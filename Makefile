@@ -87,16 +87,16 @@ test-quick: model pkg
 	$(NATIVE_ENV) $(CARGO) test --release --lib --test shader_sources
 	$(NATIVE_ENV) $(CARGO) test --release --test model_parity logits_and_greedy_tokens_match_reference
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
-	BROWSER=chromium FERROLM_MODEL="$(abspath $(MODEL))" scripts/test-browser.sh --test-name-pattern='^HF folder: logits'
+	BROWSER=chromium FERROLM_BIN="$(abspath $(BIN))" FERROLM_MODEL="$(abspath $(MODEL))" scripts/test-browser.sh --test-name-pattern='^HF folder: logits'
 
 # Installs its own npm deps (tests/browser/package-lock.json) and drives /usr/bin/chromium
 # (override with CHROMIUM=...).
 # The same tests in Chromium (WebGPU: Dawn on SwiftShader) and Firefox ESR (Firefox's wgpu on
 # lavapipe): two WebGPU implementations.
-test-browser: model test-models pkg
+test-browser: model test-models build pkg
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
-	rc=0; BROWSER=chromium FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 scripts/test-browser.sh || rc=$$?; \
-	  BROWSER=firefox XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 scripts/test-browser.sh || rc=$$?; \
+	rc=0; BROWSER=chromium FERROLM_BIN="$(abspath $(BIN))" FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 scripts/test-browser.sh || rc=$$?; \
+	  BROWSER=firefox XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_BIN="$(abspath $(BIN))" FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 scripts/test-browser.sh || rc=$$?; \
 	  exit $$rc
 
 # Carried to the GPU machine by the device tool: the binary (xz), pkg/, Chromium in 30 MiB parts.

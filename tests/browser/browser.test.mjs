@@ -24,6 +24,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
 const MODEL = process.env.FERROLM_MODEL || path.join(os.homedir(), '.cache/ferrolm/SmolLM2-135M-Instruct.Q4_1.gguf');
 const MODEL_NAME = path.basename(MODEL);
+// The native CLI the browser's tokens are compared with (`make test-browser` passes its build).
+const BIN = process.env.FERROLM_BIN || path.join(root, 'target/release/ferrolm');
 const NTOK = Number(process.env.FERROLM_BROWSER_TOKENS || 8);
 const fixtures = JSON.parse(fs.readFileSync(path.join(root, 'tests/fixtures/smollm2/fixtures.json'), 'utf8'));
 const CASE = Object.fromEntries(fixtures.cases.map((c) => [c.name, c]));
@@ -442,7 +444,7 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
   // The native run takes the kernels the browser engine runs (integer activations only where it
   // has them, no subgroups, the split attention merged in its own dispatch), so both sample
   // from the same logits.
-  const bin = path.join(root, 'target/release/ferrolm');
+  const bin = BIN;
   assert.ok(fs.existsSync(bin), `${bin} missing (cargo build --release)`);
   const ids = CASE.short_question.prompt_ids;
   const opts = [
@@ -522,7 +524,7 @@ test('engine.benchmark runs `ferrolm bench` in the module (worker and page); the
 });
 
 test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs native, stop strings, break after the role chunk', PLUMBING, async () => {
-  const bin = path.join(root, 'target/release/ferrolm');
+  const bin = BIN;
   const sq = CASE.short_question;
   const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_IDOT: '1', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
   const out = execFileSync(bin, ['generate', '--model', MODEL, '--prompt-ids', sq.prompt_ids.join(','), '--max-tokens', '1', '--top-logits', '5', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
@@ -1268,7 +1270,7 @@ test('a lost GPU device fails later calls with DeviceLostError and fires devicel
 });
 
 test('demo page: "New chat" during a reply stops it and keeps it out of the new chat; speed counts tokens', PLUMBING, async () => {
-  const bin = path.join(root, 'target/release/ferrolm');
+  const bin = BIN;
   const env = { ...process.env, WGPU_BACKEND: 'vulkan', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
   const native = JSON.parse(execFileSync(bin, ['generate', '--model', MODEL, '--chat', 'Hi', '--max-tokens', '1', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n').at(-1));
   const p = await browser.newPage();
