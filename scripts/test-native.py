@@ -63,7 +63,7 @@ print_lock = threading.Lock()
 
 
 def run_binary(name, exe, env):
-    """Runs one test binary; returns (name, seconds, ok, [(test, seconds, status)], output)."""
+    """Runs one test binary; returns (name, seconds, ok, [(test, seconds, status)])."""
     t0 = time.monotonic()
     cmd = [exe, "-Z", "unstable-options", "--format", "json", "--report-time"]
     p = subprocess.run(cmd, cwd=CRATE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

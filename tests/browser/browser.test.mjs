@@ -444,8 +444,7 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
   // The native run takes the kernels the browser engine runs (integer activations only where it
   // has them, no subgroups, the split attention merged in its own dispatch), so both sample
   // from the same logits.
-  const bin = BIN;
-  assert.ok(fs.existsSync(bin), `${bin} missing (cargo build --release)`);
+  assert.ok(fs.existsSync(BIN), `${BIN} missing (cargo build --release)`);
   const ids = CASE.short_question.prompt_ids;
   const opts = [
     { cli: ['--temperature', '0.8', '--top-p', '0.9', '--top-k', '50', '--seed', '5'], js: { temperature: 0.8, topP: 0.9, topK: 50, seed: 5 } },
@@ -457,7 +456,7 @@ test('sampling runs on the GPU: the same seed gives the tokens of the native CLI
   const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
   if (!idot.value) env.FERROLM_NO_IDOT = '1';
   const native = opts.map((o) => {
-    const out = execFileSync(bin, ['generate', '--model', MODEL, '--prompt-ids', ids.join(','), '--max-tokens', String(NTOK), '--ignore-eos', '--json', ...o.cli], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    const out = execFileSync(BIN, ['generate', '--model', MODEL, '--prompt-ids', ids.join(','), '--max-tokens', String(NTOK), '--ignore-eos', '--json', ...o.cli], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
     return JSON.parse(out.trim().split('\n').at(-1)).tokens;
   });
   const r = await inPage(page, async ({ ids, opts, ntok }) => {
@@ -524,10 +523,9 @@ test('engine.benchmark runs `ferrolm bench` in the module (worker and page); the
 });
 
 test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs native, stop strings, break after the role chunk', PLUMBING, async () => {
-  const bin = BIN;
   const sq = CASE.short_question;
   const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_IDOT: '1', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
-  const out = execFileSync(bin, ['generate', '--model', MODEL, '--prompt-ids', sq.prompt_ids.join(','), '--max-tokens', '1', '--top-logits', '5', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  const out = execFileSync(BIN, ['generate', '--model', MODEL, '--prompt-ids', sq.prompt_ids.join(','), '--max-tokens', '1', '--top-logits', '5', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
   const nativeTop = JSON.parse(out.trim().split('\n').at(-1)).top_logits;
   const r = await inPage(page, async ({ sq }) => {
     const e = window.workerEngine;
@@ -1270,9 +1268,8 @@ test('a lost GPU device fails later calls with DeviceLostError and fires devicel
 });
 
 test('demo page: "New chat" during a reply stops it and keeps it out of the new chat; speed counts tokens', PLUMBING, async () => {
-  const bin = BIN;
   const env = { ...process.env, WGPU_BACKEND: 'vulkan', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
-  const native = JSON.parse(execFileSync(bin, ['generate', '--model', MODEL, '--chat', 'Hi', '--max-tokens', '1', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n').at(-1));
+  const native = JSON.parse(execFileSync(BIN, ['generate', '--model', MODEL, '--chat', 'Hi', '--max-tokens', '1', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n').at(-1));
   const p = await browser.newPage();
   p.on('pageerror', (e) => log('[demo pageerror]', e.message));
   await p.goto(`${server.url}/demo/`);
