@@ -119,6 +119,7 @@ fn config() -> ModelConfig {
         post_norms: false,
         sliding_window: 0,
         layer_sliding: vec![false; LAYERS],
+        layer_nope: vec![false; LAYERS],
         causal: true,
         linear: None,
         layer_linear: vec![false; LAYERS],

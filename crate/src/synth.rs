@@ -11,8 +11,8 @@
 //! ferrolm make-gguf --shape qwen2.5-0.5b --type q8_0 --out q.gguf --tokenizer-from other.gguf
 //! ```
 //!
-//! * `--shape`: one of [`SHAPES`] (`smollm2-135m`, `llama-3.2-1b`, `qwen2.5-0.5b`, `phi-3-mini`,
-//!   `llama-3.1-8b`, `qwen3.5-0.8b`, `bitnet-2b`).
+//! * `--shape`: one of [`SHAPES`] (`smollm2-135m`, `llama-3.2-1b`, `smollm3-3b`, `qwen2.5-0.5b`,
+//!   `phi-3-mini`, `llama-3.1-8b`, `qwen3.5-0.8b`, `bitnet-2b`).
 //! * `--type`: one of [`TYPES`] (`f16`, `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q2_k` ... `q6_k`,
 //!   `iq4_nl`, `iq4_xs`, `mxfp4`, `tq1_0`, `tq2_0`). Every matrix (embeddings and output included)
 //!   gets that type; norms, biases and `rope_freqs` are F32. A matrix whose input dimension is not
@@ -115,9 +115,11 @@ pub struct Hybrid {
 /// | phi-3-mini | microsoft/Phi-3-mini-4k-instruct | 3072 | 32 | 32/32 | 96 | 8192 | 32064 | 10000 | 4096 | 1e-5 | no |
 /// | llama-3.1-8b | meta-llama/Llama-3.1-8B | 4096 | 32 | 32/8 | 128 | 14336 | 128256 | 500000 | 131072 | 1e-5 | no |
 ///
+/// | smollm3-3b | HuggingFaceTB/SmolLM3-3B | 2048 | 36 | 16/4 | 128 | 11008 | 128256 | 5000000 | 65536 | 1e-6 | yes |
 /// | bitnet-2b | microsoft/bitnet-b1.58-2B-4T | 2560 | 30 | 20/5 | 128 | 6912 | 128256 | 500000 | 4096 | 1e-5 | yes |
 /// | qwen3.5-0.8b | Qwen/Qwen3.5-0.8B | 1024 | 24 | 8/2 | 256 | 3584 | 248320 | 10000000 | 262144 | 1e-6 | yes |
 ///
+/// SmolLM3-3B's numbers are recalled from its public pages, not checked against the config file.
 /// Qwen3.5-0.8B: 18 Gated DeltaNet layers (16 key and 16 value heads of 128, 4 convolution taps)
 /// and 6 gated full-attention layers (every 4th) rotating a quarter of each head (64 dims).
 /// Its hidden size, layers, heads and context are from the model's public pages; the DeltaNet
@@ -164,6 +166,27 @@ pub const SHAPES: &[Shape] = &[
         qkv_bias: false,
         fused: false,
         llama3_rope: Some(Llama3Rope::llama3(32.0)),
+        hybrid: None,
+        sub_norms: false,
+    },
+    // Every fourth layer without rope (llama.cpp's SmolLM3 graph; no GGUF key says so).
+    Shape {
+        name: "smollm3-3b",
+        arch: "smollm3",
+        hidden: 2048,
+        layers: 36,
+        heads: 16,
+        kv_heads: 4,
+        head_dim: 128,
+        ffn: 11008,
+        vocab: 128256,
+        context: 65536,
+        rope_theta: 5000000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        qkv_bias: false,
+        fused: false,
+        llama3_rope: None,
         hybrid: None,
         sub_norms: false,
     },

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
-                          Phi3Config, Qwen2Config, Qwen3Config)
+                          Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 SEED = 1234
@@ -84,6 +84,13 @@ FAMILIES = {
                                                                               rope_theta=1e6)})),
     "mistral": (MistralConfig, dict(head_dim=16, sliding_window=8, rope_parameters=dict(rope_type="default",
                                                                                         rope_theta=1e6))),
+    # Four layers, so the fourth is a NoPE layer (no_rope_layer_interval 4). Untied, as Gemma above.
+    "smollm3": (SmolLM3Config, dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=False,
+                                    rope_parameters=dict(rope_type="default", rope_theta=5e6))),
+    # The same with use_sliding_window (off in the released configs): the NoPE layer slides.
+    "smollm3-swa": (SmolLM3Config, dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=False,
+                                        use_sliding_window=True, sliding_window=8,
+                                        rope_parameters=dict(rope_type="default", rope_theta=5e6))),
 }
 LOW_PRECISION = {"llama": ["f16", "bf16"], "qwen3": ["f16", "bf16"], "gemma3": ["bf16"]}
 
@@ -275,9 +282,15 @@ def main():
     ap.add_argument("--out", default="tests/fixtures/arch")
     ap.add_argument("--rope-only", action="store_true",
                     help="rewrite rope.json only, from the configs already in --out (no models)")
+    ap.add_argument("--only", help="comma-separated families: write only their folders (rope.json and "
+                                   "versions.json stay as they are)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
+    if args.only:
+        for fam in args.only.split(","):
+            run_family(fam, args.out)
+        return
     rope = []
     for fam in FAMILIES:
         if args.rope_only:

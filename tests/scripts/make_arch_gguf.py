@@ -88,7 +88,7 @@ import gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCH_DIR = ROOT / "tests" / "fixtures" / "arch"
-FAMILIES = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral"]
+FAMILIES = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "smollm3"]
 
 HF_TO_ARCH = {
     "LlamaForCausalLM": gguf.MODEL_ARCH.LLAMA,
@@ -100,6 +100,7 @@ HF_TO_ARCH = {
     "Gemma3ForCausalLM": gguf.MODEL_ARCH.GEMMA3,
     "Qwen3_5ForCausalLM": gguf.MODEL_ARCH.QWEN35,
     "BitNetForCausalLM": gguf.MODEL_ARCH.BITNET,
+    "SmolLM3ForCausalLM": gguf.MODEL_ARCH.SMOLLM3,
     # EmbeddingGemma (gemma.py EmbeddingGemma): --src tests/fixtures/embed/embeddinggemma
     "Gemma3TextModel": gguf.MODEL_ARCH.GEMMA_EMBEDDING,
 }
@@ -321,13 +322,15 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
     n_head, n_kv = hp["num_attention_heads"], hp["num_key_value_heads"]
 
     # ---- set_gguf_parameters + generate_extra_tensors -------------------------------------
-    if arch == gguf.MODEL_ARCH.LLAMA:
+    # SmolLM3Model is a LlamaModel with its own architecture name (llama.cpp hard-codes the NoPE
+    # step and reads no sliding window for it).
+    if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.SMOLLM3):
         generic_params(m, hp, rp, n_layer, ftype)
         m.u32(K.LLM.VOCAB_SIZE, hp["vocab_size"])
         m.u32(K.Rope.DIMENSION_COUNT, hp.get("head_dim") or hp["hidden_size"] // n_head)
         if rp.get("full_attention", rp).get("rope_type", "").lower() == "llama3":
             extra.append(("rope_freqs.weight", llama3_rope_freqs(hp, rp, hf_faithful)))
-        if hf_faithful and hp.get("sliding_window") is not None:
+        if hf_faithful and hp.get("sliding_window") is not None and arch == gguf.MODEL_ARCH.LLAMA:
             m.u32(K.Attention.SLIDING_WINDOW, hp["sliding_window"])
     elif arch in (gguf.MODEL_ARCH.QWEN2, gguf.MODEL_ARCH.QWEN3):
         generic_params(m, hp, rp, n_layer, ftype)
@@ -437,7 +440,7 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
             continue
         if arch == gguf.MODEL_ARCH.GEMMA2 and name == "lm_head.weight" and not hf_faithful:
             continue  # Gemma2Model.filter_tensors
-        if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.BITNET):
+        if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.BITNET, gguf.MODEL_ARCH.SMOLLM3):
             if name.endswith(("q_proj.weight", "q_proj.bias")):
                 data = llama_permute(data, n_head, n_head)
             if name.endswith(("k_proj.weight", "k_proj.bias")):

@@ -68,6 +68,8 @@ pub struct ModelConfig {
     /// less than `sliding_window` away on either side.
     pub sliding_window: usize,
     pub layer_sliding: Vec<bool>,
+    /// Layers whose q and k are not rotated (NoPE: SmolLM3's every fourth).
+    pub layer_nope: Vec<bool>,
     /// Queries see only earlier positions. `false` for bidirectional encoders (EmbeddingGemma):
     /// every token sees the whole input, which then goes through in one prefill step and cannot
     /// generate.
@@ -101,7 +103,8 @@ pub enum RopeDynamic {
 /// per full one, Mistral-style files slide everywhere when they name a window.
 fn gguf_sliding_layers(g: &GgufFile, arch: &str, fam: &Family, n_layers: usize) -> Result<Vec<bool>> {
     let window = count(g, &format!("{arch}.attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0);
-    if window == 0 {
+    // llama.cpp's SmolLM3 graph attends to the whole cache whatever the file says.
+    if window == 0 || fam.sliding == Sliding::NoPeIfUsed {
         return Ok(vec![false; n_layers]);
     }
     let key = format!("{arch}.attention.sliding_window_pattern");
@@ -286,6 +289,8 @@ impl ModelConfig {
                 (w, _) => w,
             },
             layer_sliding: gguf_sliding_layers(g, &arch, fam, n_layers)?,
+            // llama.cpp takes the NoPE step from the architecture, never from a key.
+            layer_nope: (0..n_layers).map(|i| fam.nope_every > 0 && (i + 1) % fam.nope_every == 0).collect(),
             rope_linear_scale,
             // Biases are where the file has them (llama.cpp writes whichever the model had).
             qkv_bias: fam.qkv_bias == Bias::Always || g.tensor("blk.0.attn_q.bias").is_some(),
@@ -333,7 +338,10 @@ impl ModelConfig {
         if !(self.rms_eps >= 0.0 && self.rms_eps.is_finite()) {
             return bad(format!("norm epsilon {} (a finite number >= 0)", self.rms_eps));
         }
-        if self.layer_sliding.len() != self.n_layers || self.layer_linear.len() != self.n_layers {
+        if [self.layer_sliding.len(), self.layer_linear.len(), self.layer_nope.len()]
+            .iter()
+            .any(|&l| l != self.n_layers)
+        {
             return bad(format!("{} layer types for {} layers", self.layer_sliding.len(), self.n_layers));
         }
         if let Some(l) = &self.linear {
@@ -548,6 +556,7 @@ impl ModelConfig {
                 (w, _) => w.unwrap_or(0) as usize,
             },
             layer_sliding,
+            layer_nope: h.nope_layers.clone(),
             causal: !h.bidirectional,
             linear: h.linear,
             layer_linear: h.linear_layers.clone(),

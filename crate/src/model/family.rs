@@ -28,6 +28,9 @@ pub enum Sliding {
     EveryKey(usize),
     /// `use_sliding_window` from layer `max_window_layers` on (Qwen2, Qwen3).
     FromLayer,
+    /// Only with `use_sliding_window`: `layer_types` when given, else the layers without rope
+    /// (SmolLM3).
+    NoPeIfUsed,
 }
 
 /// A family: its names in each format and the flags the configs and loaders take from it.
@@ -80,6 +83,10 @@ pub struct Family {
     pub softcaps: (Option<f64>, Option<f64>),
     /// A legacy `hidden_act: "gelu"` means the tanh approximation (Gemma 1's GemmaConfig).
     pub legacy_gelu: bool,
+    /// Every `n`-th layer has no rotary embedding (NoPE): config.json's `no_rope_layers` (1:
+    /// rope) or `no_rope_layer_interval` override it; GGUF files always take `n`, as llama.cpp
+    /// hard-codes it (SmolLM3: 4). 0: every layer rotates.
+    pub nope_every: usize,
 }
 
 /// The plain Llama row the others start from.
@@ -108,6 +115,7 @@ pub const LLAMA: Family = Family {
     query_pre_attn_scalar: None,
     softcaps: (None, None),
     legacy_gelu: false,
+    nope_every: 0,
 };
 
 /// What config.json of an unknown model_type reads as (`ModelConfig::from_hf` then refuses it).
@@ -229,6 +237,17 @@ pub const FAMILIES: &[Family] = &[
     // EmbeddingGemma as llama.cpp writes it: Gemma 3 attending both ways. Its HF folders are
     // gemma3_text with `use_bidirectional_attention`.
     Family { name: "gemma-embedding", gguf: &["gemma-embedding"], hf: &[], gguf_bidirectional: true, ..GEMMA3 },
+    // A Llama whose every fourth layer attends without rope; its sliding window (off in the
+    // released configs) applies only with `use_sliding_window`.
+    Family {
+        name: "smollm3",
+        gguf: &["smollm3"],
+        hf: &["smollm3"],
+        mlc: None,
+        sliding: Sliding::NoPeIfUsed,
+        nope_every: 4,
+        ..LLAMA
+    },
     // llama.cpp's `bitnet`, bitnet.cpp's `bitnet-b1.58`.
     Family {
         name: "bitnet",

@@ -87,6 +87,8 @@ pub struct Buffers {
     pub rope: wgpu::Buffer,
     /// Rope table of sliding-window layers when their frequencies differ (Gemma 3).
     pub rope_local: Option<wgpu::Buffer>,
+    /// The rotary table of NoPE layers: cos 1, sin 0 (rotating by it leaves q and k as they are).
+    pub rope_none: Option<wgpu::Buffer>,
     /// Per layer: [k | v][kv_head][slot][head_dim / 2] packed f16 pairs; position p is in slot
     /// p % kv_cap[layer] (a 16-byte placeholder for Gated DeltaNet layers).
     pub kv: Vec<wgpu::Buffer>,
@@ -192,6 +194,15 @@ impl Buffers {
             }
             None => None,
         };
+        let none = match cfg.layer_nope.contains(&true) {
+            true => {
+                let t: Vec<f32> = (0..table.len()).map(|i| if i % 2 == 0 { 1.0 } else { 0.0 }).collect();
+                let b = buf("rope none", t.len() as u64 * 4)?;
+                gpu.queue.write_buffer(&b, 0, bytemuck::cast_slice(&t));
+                Some(b)
+            }
+            false => None,
+        };
         let b = Buffers {
             ids: buf("ids", t.max(4) * 4)?,
             // Past the hidden state of a decode step: a split FFN's partials (matvec::ffn_split).
@@ -237,6 +248,7 @@ impl Buffers {
             mask_bits: buf("mask bits", cfg.vocab.div_ceil(32) as u64 * 4)?,
             rope: buf("rope", table.len() as u64 * 4)?,
             rope_local: local,
+            rope_none: none,
             kv_cap,
             step: gpu.uniform("step", 16),
             kv,
@@ -391,7 +403,9 @@ impl<'a> Model<'a> {
 
     fn rope(&self, i: usize) -> &'a wgpu::Buffer {
         let bf = self.bf;
-        if self.cfg.layer_sliding[i] {
+        if let Some(none) = bf.rope_none.as_ref().filter(|_| self.cfg.layer_nope[i]) {
+            none
+        } else if self.cfg.layer_sliding[i] {
             bf.rope_local.as_ref().unwrap_or(&bf.rope)
         } else {
             &bf.rope

@@ -90,6 +90,8 @@ pub struct HfConfig {
     pub linear_layers: Vec<bool>,
     /// Full-attention layers gate their output: q_proj also gives a gate per head (Qwen3.5).
     pub attn_output_gate: bool,
+    /// Layers that attend without a rotary embedding (SmolLM3's NoPE layers).
+    pub nope_layers: Vec<bool>,
 }
 
 /// The shape of Gated DeltaNet layers (Qwen3.5's `linear_*` keys).
@@ -287,7 +289,8 @@ impl HfConfig {
             rope.partial_rotary_factor = p;
         }
         let (linear, linear_layers) = linear_layers(&o, fam, num_hidden_layers)?;
-        let layer_types = layer_types(&o, fam, num_hidden_layers)?;
+        let nope_layers = nope_layers(&o, fam, num_hidden_layers)?;
+        let layer_types = layer_types(&o, fam, num_hidden_layers, &nope_layers)?;
         // transformers gives a layer marked sliding but no window (sliding_window null) full
         // attention: its sliding mask is only built from a window.
         let sliding_window = match layer_types.contains(&LayerKind::Sliding) {
@@ -346,6 +349,7 @@ impl HfConfig {
             linear,
             linear_layers,
             attn_output_gate: fam.hybrid,
+            nope_layers,
             model_type,
         };
         for r in std::iter::once(&cfg.rope).chain(cfg.rope_local.as_ref()) {
@@ -586,9 +590,41 @@ fn linear_layers(o: &Obj, fam: &Family, n: usize) -> Result<(Option<LinearAttn>,
     Ok((flags.contains(&true).then_some(shape), flags))
 }
 
+/// Which layers have no rotary embedding: SmolLM3Config's `no_rope_layers` (1: the layer rotates,
+/// 0: NoPE), else every `no_rope_layer_interval`-th layer (the family's default interval).
+fn nope_layers(o: &Obj, fam: &Family, n: usize) -> Result<Vec<bool>> {
+    if fam.nope_every == 0 {
+        return Ok(vec![false; n]);
+    }
+    if let Some(v) = o.get("no_rope_layers").filter(|v| !v.is_null()) {
+        let flags = v
+            .as_array()
+            .and_then(|a| a.iter().map(|x| x.as_u64().filter(|&b| b <= 1).map(|b| b == 0)).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| bad("config.json", "no_rope_layers", "a list of 0s and 1s", v))?;
+        if flags.len() != n {
+            return Err(Error::Model(format!(
+                "config.json: no_rope_layers has {} entries for {n} layers",
+                flags.len()
+            )));
+        }
+        return Ok(flags);
+    }
+    let every = o.count("no_rope_layer_interval", bounds::PATTERN)?.unwrap_or(fam.nope_every);
+    Ok((0..n).map(|i| (i + 1) % every == 0).collect())
+}
+
 /// Attention kind of each layer: `layer_types` when given, else each family's rule in transformers.
-fn layer_types(o: &Obj, fam: &Family, n: usize) -> Result<Vec<LayerKind>> {
+fn layer_types(o: &Obj, fam: &Family, n: usize, nope: &[bool]) -> Result<Vec<LayerKind>> {
     let window = o.count("sliding_window", bounds::WINDOW)?;
+    // SmolLM3 slides only with use_sliding_window, by default on its NoPE layers.
+    if fam.sliding == Sliding::NoPeIfUsed {
+        if !(o.bool("use_sliding_window")?.unwrap_or(false) && window.is_some()) {
+            return Ok(vec![LayerKind::Full; n]);
+        }
+        if o.strs("layer_types")?.is_none() {
+            return Ok(nope.iter().map(|&np| if np { LayerKind::Sliding } else { LayerKind::Full }).collect());
+        }
+    }
     // Mistral and Phi-3 apply their window (if any) to every layer and ignore layer_types.
     if fam.sliding == Sliding::Everywhere {
         return Ok(vec![if window.is_some() { LayerKind::Sliding } else { LayerKind::Full }; n]);
