@@ -6,6 +6,7 @@ override N: u32;
 override ACCUMULATE: bool = false;
 override HAS_BIAS: bool = false;
 override BIAS_OFF: u32 = 0u;   // bias offset in `vecs`
+override SCALE: f32 = 1.0;     // v (+ bias) scaled before the residual add (Granite)
 
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 @group(0) @binding(4) var<storage, read> vecs: array<f32>;
@@ -22,6 +23,9 @@ fn store(m: u32, n: u32, v4: vec4<f32>) {
         var v = v4[j];
         if (HAS_BIAS) {
             v += vecs[BIAS_OFF + n + j];
+        }
+        if (SCALE != 1.0) {
+            v *= SCALE;
         }
         let o = m * N + n + j;
         if (ACCUMULATE) {

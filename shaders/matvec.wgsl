@@ -2,6 +2,8 @@
 //   NORM: x is RMS-normalized on the fly (x / rms(x) * (nw + NW_OFFSET)); the sum of squares
 //         is reduced alongside the dot products, so the norm costs no extra dispatch.
 //   EPI 0: y[n] = v (+ bias)         EPI 1: y[n] += v (residual add)
+//   SCALE (EPI 0/1): v (+ bias) scaled before it is stored or added (Granite's residual and
+//          logit multipliers).
 //   EPI 2: GLU: y[j] = act(gate_j) * up_j with gate rows [0, N/2) and up rows [N/2, N) (biases
 //          added to both first).
 // Each 32-invocation row group computes (a slice of) four rows (`dot4`, rowdot.wgsl; for GLU the
@@ -26,6 +28,7 @@ override ROW0: u32 = 0u;        // EPI 0/1: the first row of y this dispatch wri
 override Y_ROWS: u32 = 0u;      // rows of y before the argmax pairs (0: N)
 override WG0: u32 = 0u;         // this dispatch's first argmax pair
 override YP: u32 = 0u;          // EPI 1: partials of a split FFN after y's N rows, added too (ffn_split.wgsl)
+override SCALE: f32 = 1.0;
 
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 
@@ -60,8 +63,12 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     // dependent memory round trip adds its latency to the step.
     let row = min(first + min(t, 3u), N - 1u);
     var extra = 0.0;
+    var bias = 0.0;
     if (HAS_BIAS) {
-        extra = vecs[BIAS_OFF + ROW0 + row];
+        bias = vecs[BIAS_OFF + ROW0 + row];
+    }
+    if (SCALE == 1.0) {
+        extra = bias;
     }
     if (EPI == 1u) {
         extra += y[ROW0 + row];
@@ -86,13 +93,17 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(num_workgroups) nwg: ve
             y[first + t] = glu(gt, up);
         }
     } else {
-        store(v, first, slice, t, slot, wgi, extra);
+        store(v, first, slice, t, slot, wgi, bias, extra);
     }
 }
 
-fn store(v: vec4<f32>, first: u32, slice: u32, t: u32, slot: u32, wgi: u32, extra: f32) {
+// `extra` holds the bias too unless SCALE scales it with v.
+fn store(v: vec4<f32>, first: u32, slice: u32, t: u32, slot: u32, wgi: u32, bias: f32, extra: f32) {
     let row = first + min(t, 3u);
     var o = v[min(t, 3u)] + extra;
+    if (SCALE != 1.0) {
+        o = (v[min(t, 3u)] + bias) * SCALE + extra;
+    }
     let owner = slice == 0u && t < 4u && row < N;
     if (SOFTCAP > 0.0) {
         o = SOFTCAP * tanh(o / SOFTCAP);

@@ -109,6 +109,8 @@ fn config() -> ModelConfig {
         rope_dynamic: None,
         norm_offset: 0.0,
         embed_scale: 1.0,
+        residual_scale: 1.0,
+        logit_scale: 1.0,
         gelu: false,
         relu2: false,
         sub_norms: false,

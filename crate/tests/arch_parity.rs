@@ -13,8 +13,20 @@ use std::path::PathBuf;
 
 /// Tiny random-weight folders of each family (tests/scripts/make_arch_fixtures.py); smollm3-swa
 /// is SmolLM3 with `use_sliding_window`.
-const FAMILIES: [&str; 11] =
-    ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "qwen3_5", "bitnet", "smollm3", "smollm3-swa"];
+const FAMILIES: [&str; 12] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "gemma2",
+    "gemma3",
+    "mistral",
+    "qwen3_5",
+    "bitnet",
+    "smollm3",
+    "smollm3-swa",
+    "granite",
+];
 
 fn dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/arch").join(name)
@@ -390,6 +402,8 @@ fn gguf_conversions_match_transformers() {
         ("bitnet/model.gguf", "bitnet"),
         // SmolLM3: llama.cpp takes its NoPE step (4) from the architecture, not the file.
         ("smollm3/model.gguf", "smollm3"),
+        // Granite: its four multipliers as *_scale keys.
+        ("granite/model.gguf", "granite"),
     ] {
         fails.extend(check(file, family, "none", 1e-2, true));
     }

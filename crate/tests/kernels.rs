@@ -154,7 +154,8 @@ fn cpu_linear(
 }
 
 /// A decode matvec (`tile` None) or a prefill matmul of `m` tokens on the given tile against
-/// the CPU, with bias (at word 3 of vecs) and accumulation into y.
+/// the CPU, with bias (at word 3 of vecs) and accumulation into y; both together also scale
+/// (Granite's residual multiplier: y += (W·x + b) · 0.5).
 #[allow(clippy::too_many_arguments)]
 fn check_linear(
     g: &Gpu,
@@ -187,10 +188,11 @@ fn check_linear(
     let (a8, a8s) =
         (buf_u32(g, &vec![0x7f7f_7f7f; a8_bytes.div_ceil(4) as usize]), poisoned(g, a8s_bytes as usize / 4));
     let bias_at = with_bias.then_some(3);
+    let scale = if with_bias && accumulate { 0.5 } else { 1.0 };
     run(g, caps(g, idot), [m as u32, 0, 0], |rec| match tile {
         None => {
             let epilogue = if accumulate { Epilogue::Add } else { Epilogue::Store };
-            matvec::matvec(rec, MatVec { bias: bias_at, epilogue, ..MatVec::new("y", &w, &xb, &yb, &vb) });
+            matvec::matvec(rec, MatVec { bias: bias_at, epilogue, scale, ..MatVec::new("y", &w, &xb, &yb, &vb) });
         }
         Some(_) => {
             let (label, a, c, vecs) = ("y", &xb, &yb, &vb);
@@ -204,6 +206,7 @@ fn check_linear(
                     vecs,
                     bias: bias_at,
                     accumulate,
+                    scale,
                     a16: &a16,
                     a_ready: false,
                     part: &part,
@@ -226,7 +229,7 @@ fn check_linear(
         }
     };
     let (x, dense) = (round(&x), round(&dense));
-    let mut want = cpu_linear(&x, &dense, m, n, k, with_bias.then_some(&bias[..]), accumulate.then_some(&init[..]));
+    let mut want = cpu_linear(&x, &dense, m, n, k, with_bias.then_some(&bias[..]), None);
     // Integer activations, in the decode matvec (idot) and the 8-bit matmul alike: the quant
     // terms against x in two bytes a value, the offsets against x's exact block sums.
     if idot || tile == Some(Tile::I8) {
@@ -235,8 +238,13 @@ fn check_linear(
             let dots = cpu_linear_idot(&x[i * k..(i + 1) * k], &dense, &offsets, n, k);
             for j in 0..n {
                 let o = i * n + j;
-                want[o] = dots[j] + if with_bias { bias[j] } else { 0.0 } + if accumulate { init[o] } else { 0.0 };
+                want[o] = dots[j] + if with_bias { bias[j] } else { 0.0 };
             }
+        }
+    }
+    if accumulate {
+        for (o, v) in want.iter_mut().enumerate() {
+            *v = *v * scale + init[o];
         }
     }
     // Matrix units add the f16 products in f32 with their own rounding (a few parts in 10^4 of
@@ -1045,6 +1053,7 @@ fn i8_matmul_glu_epilogue() {
             vecs: &vb,
             bias: with_bias.then_some(3),
             accumulate: false,
+            scale: 1.0,
             a16: &unused,
             a_ready: false,
             part: &unused,

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
-                          Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
+                          GraniteConfig, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 SEED = 1234
@@ -87,6 +87,10 @@ FAMILIES = {
     # Four layers, so the fourth is a NoPE layer (no_rope_layer_interval 4). Untied, as Gemma above.
     "smollm3": (SmolLM3Config, dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=False,
                                     rope_parameters=dict(rope_type="default", rope_theta=5e6))),
+    # Granite's four scalars, each away from 1 (Granite 3.x: 12, 0.22, 1/128 and 8), with biases.
+    "granite": (GraniteConfig, dict(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.15,
+                                    logits_scaling=2.5, attention_bias=True, tie_word_embeddings=False,
+                                    rope_parameters=dict(rope_type="default", rope_theta=1e4))),
     # The same with use_sliding_window (off in the released configs): the NoPE layer slides.
     "smollm3-swa": (SmolLM3Config, dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=False,
                                         use_sliding_window=True, sliding_window=8,

@@ -88,7 +88,7 @@ import gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCH_DIR = ROOT / "tests" / "fixtures" / "arch"
-FAMILIES = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "smollm3"]
+FAMILIES = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "smollm3", "granite"]
 
 HF_TO_ARCH = {
     "LlamaForCausalLM": gguf.MODEL_ARCH.LLAMA,
@@ -101,6 +101,7 @@ HF_TO_ARCH = {
     "Qwen3_5ForCausalLM": gguf.MODEL_ARCH.QWEN35,
     "BitNetForCausalLM": gguf.MODEL_ARCH.BITNET,
     "SmolLM3ForCausalLM": gguf.MODEL_ARCH.SMOLLM3,
+    "GraniteForCausalLM": gguf.MODEL_ARCH.GRANITE,
     # EmbeddingGemma (gemma.py EmbeddingGemma): --src tests/fixtures/embed/embeddinggemma
     "Gemma3TextModel": gguf.MODEL_ARCH.GEMMA_EMBEDDING,
 }
@@ -322,10 +323,16 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
     n_head, n_kv = hp["num_attention_heads"], hp["num_key_value_heads"]
 
     # ---- set_gguf_parameters + generate_extra_tensors -------------------------------------
-    # SmolLM3Model is a LlamaModel with its own architecture name (llama.cpp hard-codes the NoPE
-    # step and reads no sliding window for it).
-    if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.SMOLLM3):
+    # SmolLM3Model and GraniteModel are LlamaModels with their own architecture names (llama.cpp
+    # hard-codes SmolLM3's NoPE step and reads no sliding window for it; GraniteModel renames the
+    # four multipliers to *_scale keys, each written only when set and non-zero).
+    if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.SMOLLM3, gguf.MODEL_ARCH.GRANITE):
         generic_params(m, hp, rp, n_layer, ftype)
+        if arch == gguf.MODEL_ARCH.GRANITE:
+            for hk, gk in [("attention_multiplier", K.Attention.SCALE), ("embedding_multiplier", K.LLM.EMBEDDING_SCALE),
+                           ("residual_multiplier", K.LLM.RESIDUAL_SCALE), ("logits_scaling", K.LLM.LOGIT_SCALE)]:
+                if hp.get(hk):
+                    m.f32(gk, hp[hk])
         m.u32(K.LLM.VOCAB_SIZE, hp["vocab_size"])
         m.u32(K.Rope.DIMENSION_COUNT, hp.get("head_dim") or hp["hidden_size"] // n_head)
         if rp.get("full_attention", rp).get("rope_type", "").lower() == "llama3":
@@ -440,7 +447,7 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
             continue
         if arch == gguf.MODEL_ARCH.GEMMA2 and name == "lm_head.weight" and not hf_faithful:
             continue  # Gemma2Model.filter_tensors
-        if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.BITNET, gguf.MODEL_ARCH.SMOLLM3):
+        if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.BITNET, gguf.MODEL_ARCH.SMOLLM3, gguf.MODEL_ARCH.GRANITE):
             if name.endswith(("q_proj.weight", "q_proj.bias")):
                 data = llama_permute(data, n_head, n_head)
             if name.endswith(("k_proj.weight", "k_proj.bias")):

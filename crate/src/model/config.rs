@@ -47,6 +47,10 @@ pub struct ModelConfig {
     pub norm_offset: f32,
     /// Embeddings are multiplied by this (Gemma: sqrt(hidden)).
     pub embed_scale: f32,
+    /// Each block's attention and FFN output times this before the residual add (Granite).
+    pub residual_scale: f32,
+    /// Logits times this (Granite: 1 / logits_scaling).
+    pub logit_scale: f32,
     /// GELU (tanh approximation) instead of SiLU in the gated FFN.
     pub gelu: bool,
     /// ReLU² instead of SiLU in the gated FFN (BitNet b1.58).
@@ -272,12 +276,28 @@ impl ModelConfig {
             rope_dynamic: None,
             // llama.cpp's converter already added Gemma's 1 to the norm weights.
             norm_offset: 0.0,
-            embed_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
+            embed_scale: match fam.multipliers {
+                true => real(g, &k("embedding_scale"), bounds::positive)?.unwrap_or(1.0) as f32,
+                false if gemma => (hidden as f32).sqrt(),
+                false => 1.0,
+            },
+            residual_scale: match fam.multipliers {
+                true => real(g, &k("residual_scale"), bounds::positive)?.unwrap_or(1.0) as f32,
+                false => 1.0,
+            },
+            // llama.cpp divides the logits by `logit_scale`.
+            logit_scale: match fam.multipliers {
+                true => 1.0 / real(g, &k("logit_scale"), bounds::positive)?.unwrap_or(1.0) as f32,
+                false => 1.0,
+            },
             gelu: gemma,
             // BitNet b1.58 files: ReLU² comes with the sub-norms.
             relu2: fam.sub_norms,
             sub_norms: fam.sub_norms,
-            attn_scale: 1.0 / (head_dim as f64).sqrt(),
+            attn_scale: match fam.multipliers {
+                true => real(g, &k("attention.scale"), bounds::positive)?.unwrap_or(1.0 / (head_dim as f64).sqrt()),
+                false => 1.0 / (head_dim as f64).sqrt(),
+            },
             attn_softcap: real(g, &k("attn_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             final_softcap: real(g, &k("final_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             qk_norm: fam.qk_norm,
@@ -533,11 +553,20 @@ impl ModelConfig {
             rope_attn_factor: h.rope_attention_factor(LayerKind::Full),
             rope_dynamic,
             norm_offset: if fam.centred_norms { 1.0 } else { 0.0 },
-            embed_scale: if gemma { (h.hidden_size as f32).sqrt() } else { 1.0 },
+            embed_scale: match h.multipliers {
+                Some(m) => m.embedding as f32,
+                None if gemma => (h.hidden_size as f32).sqrt(),
+                None => 1.0,
+            },
+            residual_scale: h.multipliers.map_or(1.0, |m| m.residual as f32),
+            logit_scale: h.multipliers.map_or(1.0, |m| (1.0 / m.logits_scaling) as f32),
             gelu,
             relu2: act == "relu2",
             sub_norms: fam.sub_norms,
-            attn_scale: 1.0 / h.query_pre_attn_scalar.unwrap_or(h.head_dim as f64).sqrt(),
+            attn_scale: match h.multipliers {
+                Some(m) => m.attention,
+                None => 1.0 / h.query_pre_attn_scalar.unwrap_or(h.head_dim as f64).sqrt(),
+            },
             attn_softcap: h.attn_logit_softcapping.unwrap_or(0.0) as f32,
             // Gemma3ForConditionalGeneration (the multimodal wrapper, which AutoModelForCausalLM
             // also builds for model_type gemma3) applies its LM head without the final soft-cap

@@ -87,6 +87,11 @@ pub struct Family {
     /// rope) or `no_rope_layer_interval` override it; GGUF files always take `n`, as llama.cpp
     /// hard-codes it (SmolLM3: 4). 0: every layer rotates.
     pub nope_every: usize,
+    /// Granite's scalars are read: config.json's `embedding_multiplier`, `residual_multiplier`
+    /// (each block's output), `attention_multiplier` (the attention scale) and `logits_scaling`
+    /// (logits divided by it); GGUF's `embedding_scale`, `residual_scale`, `attention.scale`
+    /// and `logit_scale`.
+    pub multipliers: bool,
 }
 
 /// The plain Llama row the others start from.
@@ -116,6 +121,7 @@ pub const LLAMA: Family = Family {
     softcaps: (None, None),
     legacy_gelu: false,
     nope_every: 0,
+    multipliers: false,
 };
 
 /// What config.json of an unknown model_type reads as (`ModelConfig::from_hf` then refuses it).
@@ -248,6 +254,8 @@ pub const FAMILIES: &[Family] = &[
         nope_every: 4,
         ..LLAMA
     },
+    // A Llama with four scalars (IBM Granite 3.x).
+    Family { name: "granite", gguf: &["granite"], hf: &["granite"], mlc: None, multipliers: true, ..LLAMA },
     // llama.cpp's `bitnet`, bitnet.cpp's `bitnet-b1.58`.
     Family {
         name: "bitnet",

@@ -352,6 +352,7 @@ impl<'a> Model<'a> {
             vecs,
             bias: None,
             accumulate: false,
+            scale: 1.0,
             a16: &self.bf.a16,
             a_ready: false,
             part: &self.bf.mm_part,
@@ -451,8 +452,11 @@ impl<'a> Model<'a> {
     /// output is added to x as it is.
     fn ffn_split(&self, r: &Recorder, i: usize) -> Option<usize> {
         let (cfg, off, lw) = (self.cfg, self.w.offsets, &self.w.layers[i]);
-        let plain =
-            !cfg.post_norms && off.ffn_sub_norm.is_none() && off.gate_up_bias.is_none() && off.down_bias.is_none();
+        let plain = !cfg.post_norms
+            && off.ffn_sub_norm.is_none()
+            && off.gate_up_bias.is_none()
+            && off.down_bias.is_none()
+            && cfg.residual_scale == 1.0;
         (plain && i + 1 < cfg.n_layers).then(|| matvec::ffn_split_units(r, &lw.w_gate_up, &lw.w_down)).flatten()
     }
 
@@ -462,6 +466,7 @@ impl<'a> Model<'a> {
     fn decode_layer(&self, r: &mut Recorder, i: usize, fused: bool, short_max: u32) {
         let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
         let (out, epilogue) = self.residual();
+        let scale = cfg.residual_scale;
         let h = self.heads(i);
         // The previous layer's split FFN left its output as partials after x: this layer's
         // first projection adds them to x as it reads it, the output projection to the residual.
@@ -474,7 +479,7 @@ impl<'a> Model<'a> {
             let norm = Some(self.norm(off.attn_norm));
             matvec::matvec(r, MatVec { norm, x_parts, ..self.mv("in proj", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
             deltanet::mix(r, l, self.deltanet(i, lw), false);
-            matvec::matvec(r, MatVec { epilogue, y_parts, ..self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs) });
+            matvec::matvec(r, MatVec { epilogue, y_parts, scale, ..self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs) });
         } else {
             // The fused q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
             // needs the whole head first, so those models take the matvec + rope_kv route.
@@ -520,13 +525,13 @@ impl<'a> Model<'a> {
             self.attn_gate(r);
             let (norm, bias) = (off.attn_sub_norm.map(|a| self.norm(a)), off.o_bias);
             let o = self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs);
-            matvec::matvec(r, MatVec { norm, bias, epilogue, y_parts, ..o });
+            matvec::matvec(r, MatVec { norm, bias, epilogue, y_parts, scale, ..o });
             if !fused && short_max > 0 {
                 r.filter.when = When::Short;
                 let merge = Some(Merge { context: self.context, head_dim: cfg.head_dim, heads: cfg.n_heads });
                 matvec::matvec(
                     r,
-                    MatVec { merge, bias, epilogue, y_parts, ..self.mv("o", &lw.wo, &bf.part, out, &lw.vecs) },
+                    MatVec { merge, bias, epilogue, y_parts, scale, ..self.mv("o", &lw.wo, &bf.part, out, &lw.vecs) },
                 );
             }
             r.filter.when = When::Always;
@@ -545,7 +550,7 @@ impl<'a> Model<'a> {
             MatVec { norm, bias, epilogue: glu, ..self.mv("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs) },
         );
         let (norm, bias) = (off.ffn_sub_norm.map(|a| self.norm(a)), off.down_bias);
-        matvec::matvec(r, MatVec { norm, bias, epilogue, ..self.mv("down", &lw.w_down, &bf.h, out, &lw.vecs) });
+        matvec::matvec(r, MatVec { norm, bias, epilogue, scale, ..self.mv("down", &lw.w_down, &bf.h, out, &lw.vecs) });
         self.post_norm(r, lw, off.post_ffn_norm);
     }
 
@@ -554,6 +559,7 @@ impl<'a> Model<'a> {
     fn prefill_layer(&self, r: &mut Recorder, i: usize) {
         let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
         let (out, epilogue) = self.residual();
+        let scale = cfg.residual_scale;
         let accumulate = epilogue == Epilogue::Add;
         let ready = self.ready_for(r, &lw.wqkv);
         elementwise::rmsnorm(
@@ -564,7 +570,7 @@ impl<'a> Model<'a> {
         if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
             matmul::matmul(r, MatMul { a_ready, ..self.mm("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
             deltanet::mix(r, l, self.deltanet(i, lw), true);
-            matmul::matmul(r, MatMul { accumulate, ..self.mm("o", &lw.wo, &bf.attn, out, &lw.vecs) });
+            matmul::matmul(r, MatMul { accumulate, scale, ..self.mm("o", &lw.wo, &bf.attn, out, &lw.vecs) });
         } else {
             let bias = off.qkv_bias;
             matmul::matmul(r, MatMul { bias, a_ready, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
@@ -592,7 +598,7 @@ impl<'a> Model<'a> {
                 None => &bf.attn,
             };
             let (bias, a_ready) = (off.o_bias, o_ready.is_some());
-            matmul::matmul(r, MatMul { bias, accumulate, a_ready, ..self.mm("o", &lw.wo, o_in, out, &lw.vecs) });
+            matmul::matmul(r, MatMul { bias, accumulate, a_ready, scale, ..self.mm("o", &lw.wo, o_in, out, &lw.vecs) });
         }
         self.post_norm(r, lw, off.post_attn_norm);
         let ready = self.ready_for(r, &lw.w_gate_up);
@@ -623,7 +629,7 @@ impl<'a> Model<'a> {
             None => &bf.h,
         };
         let (bias, a_ready) = (off.down_bias, ready.is_some());
-        let down = MatMul { bias, accumulate, a_ready, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) };
+        let down = MatMul { bias, accumulate, a_ready, scale, ..self.mm("down", &lw.w_down, down_in, out, &lw.vecs) };
         let (a8, a8s) = if fused { (&bf.h8, &bf.h8s) } else { (down.a8, down.a8s) };
         matmul::matmul(r, MatMul { a8, a8s, ..down });
         self.post_norm(r, lw, off.post_ffn_norm);
@@ -648,12 +654,14 @@ impl<'a> Model<'a> {
     /// per-workgroup argmax pairs after all the logits; returns how many.
     fn lm_head(&self, r: &mut Recorder, x: &wgpu::Buffer, norm: bool) -> u32 {
         let (m, vecs, y) = (self.w.lm_head(), &self.w.out_vecs, &self.bf.logits);
-        let (norm, softcap) = (norm.then(|| self.norm(0)), self.cfg.final_softcap);
+        let (norm, softcap, scale) = (norm.then(|| self.norm(0)), self.cfg.final_softcap, self.cfg.logit_scale);
         let mut pairs = 0;
         for (first, part) in m.ranges() {
             let rows = Some(RowRange { first, y_rows: m.rows, wg0: pairs as usize });
-            pairs +=
-                matvec::matvec(r, MatVec { norm, softcap, argmax: true, rows, ..self.mv("lm head", part, x, y, vecs) });
+            pairs += matvec::matvec(
+                r,
+                MatVec { norm, softcap, argmax: true, rows, scale, ..self.mv("lm head", part, x, y, vecs) },
+            );
         }
         pairs
     }

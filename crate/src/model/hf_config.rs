@@ -92,6 +92,18 @@ pub struct HfConfig {
     pub attn_output_gate: bool,
     /// Layers that attend without a rotary embedding (SmolLM3's NoPE layers).
     pub nope_layers: Vec<bool>,
+    /// Granite's four scalars (GraniteConfig's defaults, 1, where a key is absent).
+    pub multipliers: Option<Multipliers>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Multipliers {
+    pub embedding: f64,
+    pub residual: f64,
+    /// The attention scale itself (not a factor of head_dim^-0.5).
+    pub attention: f64,
+    /// Logits are divided by it.
+    pub logits_scaling: f64,
 }
 
 /// The shape of Gated DeltaNet layers (Qwen3.5's `linear_*` keys).
@@ -350,6 +362,18 @@ impl HfConfig {
             linear_layers,
             attn_output_gate: fam.hybrid,
             nope_layers,
+            multipliers: match fam.multipliers {
+                true => {
+                    let m = |k: &str| -> Result<f64> { Ok(o.real(k, bounds::positive)?.unwrap_or(1.0)) };
+                    Some(Multipliers {
+                        embedding: m("embedding_multiplier")?,
+                        residual: m("residual_multiplier")?,
+                        attention: m("attention_multiplier")?,
+                        logits_scaling: m("logits_scaling")?,
+                    })
+                }
+                false => None,
+            },
             model_type,
         };
         for r in std::iter::once(&cfg.rope).chain(cfg.rope_local.as_ref()) {

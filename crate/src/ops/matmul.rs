@@ -160,6 +160,8 @@ pub struct MatMul<'a> {
     pub bias: Option<usize>,
     /// c += a · Wᵀ (the residual).
     pub accumulate: bool,
+    /// a · Wᵀ (+ bias) times this before it is stored or added (Granite's residual multiplier).
+    pub scale: f32,
     /// The f16 copy of `a` the matrix-unit kernels read (`a16_elems` long).
     pub a16: &'a wgpu::Buffer,
     /// `a16`, or `a8` and `a8s` for the 8-bit kernel, already hold `a` (written by the kernel
@@ -213,7 +215,7 @@ pub fn quant_rows(r: &mut Recorder, k: usize, a: &wgpu::Buffer, a8: &wgpu::Buffe
 pub fn matmul(r: &mut Recorder, m: MatMul) {
     let w = m.w;
     let [l0, l1, l2] = w.layout_constants();
-    let consts = [
+    let mut consts = vec![
         l0,
         l1,
         l2,
@@ -223,6 +225,10 @@ pub fn matmul(r: &mut Recorder, m: MatMul) {
         ("HAS_BIAS", flag(m.bias.is_some())),
         ("BIAS_OFF", m.bias.unwrap_or(0) as f64),
     ];
+    // Only where it scales: every other model keeps its pipelines (and their cache keys).
+    if m.scale != 1.0 {
+        consts.push(("SCALE", m.scale as f64));
+    }
     let n = w.rows as u32;
     let tiles = |tile_n: u32, tile_m: u32| Grid::Tiles { n, tile_n, tile_m };
     let tile = m.tile.unwrap_or_else(|| tile_for(r, w));

@@ -74,6 +74,9 @@ pub struct MatVec<'a> {
     pub act: Act,
     /// Soft-cap of stored values (0: none).
     pub softcap: f32,
+    /// W·x (+ bias) times this before it is stored or added (Granite's residual and logit
+    /// multipliers).
+    pub scale: f32,
     /// Bias at this word of vecs.
     pub bias: Option<usize>,
     /// Each workgroup also leaves its largest value after y's rows.
@@ -106,6 +109,7 @@ impl<'a> MatVec<'a> {
             epilogue: Epilogue::Store,
             act: Act::default(),
             softcap: 0.0,
+            scale: 1.0,
             bias: None,
             argmax: false,
             merge: None,
@@ -135,6 +139,9 @@ pub fn matvec(r: &mut Recorder, m: MatVec) -> u32 {
         ("YP", m.y_parts as f64),
     ]);
     consts.extend(m.act.consts());
+    if m.scale != 1.0 {
+        consts.push(("SCALE", m.scale as f64));
+    }
     if let Some(rr) = m.rows {
         consts.extend([("ROW0", rr.first as f64), ("Y_ROWS", rr.y_rows as f64), ("WG0", rr.wg0 as f64)]);
     }
