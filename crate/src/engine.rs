@@ -135,7 +135,7 @@ impl Engine {
         }
     }
 
-    /// Load a GGUF model from a byte source onto a fresh GPU device.
+    /// Load a GGUF model from a byte source (onto the device `Gpu::for_load` gives).
     pub async fn load(src: &dyn AsyncSource, opts: &LoadOptions, progress: Progress<'_>) -> Result<Engine> {
         opts.validate()?;
         let gguf = read_gguf_header(src).await?;
@@ -143,7 +143,7 @@ impl Engine {
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let template = ChatTemplate::from_gguf(&gguf)?;
         let defaults = SamplingDefaults::from_gguf(&gguf);
-        let gpu = Gpu::new().await?;
+        let (gpu, scope) = Gpu::for_load().await?;
         // Refuse before downloading anything if the adapter cannot hold the model's buffers.
         use crate::model::load;
         let tensors = weights::GgufSource { gguf: &gguf, src };
@@ -155,6 +155,7 @@ impl Engine {
         let mut embedding = crate::embed::Pipeline::from_gguf(&gguf, &cfg)?;
         embedding.load_gguf_dense(&gguf, src, cfg.hidden).await?;
         let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
+        scope.finish().await?;
         let eos_ids = tokenizer.eos_ids();
         Ok(Engine::assemble(rt, Some(tokenizer), template, eos_ids, src.source_name(), defaults, embedding))
     }
@@ -212,7 +213,7 @@ impl Engine {
         };
         let model = HfModel::open(files, open).await?;
         let embedding = crate::embed::Pipeline::from_hf(files, &model.cfg)?;
-        let gpu = Gpu::new().await?;
+        let (gpu, scope) = Gpu::for_load().await?;
         // Refuse before reading any weight if a tensor is missing or a buffer cannot fit.
         let (tensors, mut cfg) = (model.tensors(opts.quantize), model.cfg.clone());
         let total = load::check_fits(&gpu, &tensors, &cfg)?;
@@ -227,6 +228,7 @@ impl Engine {
             }
         }
         let rt = Runtime::new(gpu, cfg, weights, opts, progress)?;
+        scope.finish().await?;
         let defaults =
             files.generation_config.as_deref().map(SamplingDefaults::from_generation_config).unwrap_or_default();
         Ok(Engine::assemble(rt, tokenizer, template, eos_ids, source_name, defaults, embedding))

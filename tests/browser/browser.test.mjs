@@ -100,6 +100,7 @@ function makeHfFolders(dir) {
   copy('qwen3_5', 'qwen3_5', ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
   copy('bitnet', 'bitnet', ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
   copy('qwen3-mlx4', 'qwen3-mlx4');
+  for (const f of ['smollm3', 'granite']) copy(f, f, ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
   copy('qwen2', 'qwen2-sharded', ['config.json', 'generation_config.json']);
   shardSafetensors(path.join(ARCH, 'qwen2/model.safetensors'), path.join(dir, 'qwen2-sharded'), 2);
   // Broken: no config.json; an unknown model_type; a shard that 404s; a shard name with a path.
@@ -489,7 +490,8 @@ test('engine.benchmark runs `ferrolm bench` in the module (worker and page); the
       const after = await gen();
       const err = await e.benchmark({ promtLen: 8 }).then(() => 'accepted', (x) => `${x.name}: ${x.message}`);
       const deep = await e.benchmark({ promptLen: 8, gen: 3, inflight: 9 }).then(() => 'accepted', (x) => `${x.name}: ${x.message}`);
-      await e.unload();
+      // The panic test breaks this engine next (every load costs ~20 s in Chromium).
+      window.spareEngines[worker ? 'worker' : 'page'] = e;
       // A profile wherever the adapter has timestamps (browsers time each dispatch in a pass of its own).
       const prof = (p) => p && p.map(([k, n, ms]) => [k, n, ms >= 0]);
       const pick = (b) => ({ p: b.prompt_len, g: b.gen, reps: b.reps, pp: b.prefill_tok_s, tg: b.decode_tok_s, d: b.dispatches_per_token, s: b.sampling, inflight: b.inflight, gpu: b.gpu_ms_per_step, dp: prof(b.decode_profile), pp_prof: prof(b.prefill_profile) });
@@ -905,6 +907,25 @@ test('Qwen3.5 (Gated DeltaNet + gated attention), BitNet b1.58 and MLX 4-bit wei
   await page.close();
 });
 
+test('SmolLM3 (NoPE layers) and Granite (residual, attention, embedding and logit multipliers) match transformers from folders and GGUF files', async () => {
+  // One page: its engines share the device and so the pipelines these same-shaped models have
+  // in common (Gpu::for_load), each load after the first a few seconds in Chromium.
+  const page = await openPage();
+  for (const [family, model] of [
+    ['smollm3', '/hf/smollm3/'],
+    ['smollm3', '/hf/smollm3/model.gguf'],
+    ['granite', '/hf/granite/'],
+    ['granite', '/hf/granite/model.gguf'],
+  ]) {
+    const r = ref(family);
+    const a = await hfRun(page, { model, worker: false, cache: 'none' }, r);
+    assert.ok(a.ok, `${model}: ${a.message}`);
+    assert.deepEqual(a.value.tokens, r.greedy, `${model} greedy tokens`);
+    log(`${model}: load ${(a.value.loadMs / 1000).toFixed(1)}s, logits error`, checkLogits(family, a.value.topLogits, 1e-2).toExponential(2));
+  }
+  await page.close();
+});
+
 /** Cosine of each response embedding with the reference row (null rows: sentence-transformers
  *  gave NaN; the embedding must then be finite). Returns the worst. */
 function checkEmbeddings(what, resp, want) {
@@ -1205,7 +1226,10 @@ test('a panic in the wasm module fails the pending and later calls cleanly; a ne
     const out = {};
     const greedy = async (e) => { const t = []; for await (const c of e.generate({ tokens: [1, 2, 3] }, { maxTokens: 2 })) t.push(c.token); return t; };
     for (const worker of [true, false]) {
-      const e = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
+      // The benchmark test's engine where it ran (/hf/llama/ too), else a new one.
+      const k = worker ? 'worker' : 'page';
+      const e = window.spareEngines[k] ?? await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
+      delete window.spareEngines[k];
       const before = await greedy(e);
       // A generation waits in the queue behind the crash; both must settle with the crash error.
       const crash = e._crashForTesting().then(() => 'resolved', (x) => x.name);
@@ -1213,10 +1237,11 @@ test('a panic in the wasm module fails the pending and later calls cleanly; a ne
       const settled = await Promise.race([Promise.all([crash, queued]), new Promise((ok) => setTimeout(() => ok('timeout'), 20000))]);
       const later = await greedy(e).then(() => 'resolved', (x) => ({ name: x.name, message: x.message }));
       await e.unload();
-      const fresh = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
+      // The device-loss test loses this engine's device next (and checks its onDeviceLost).
+      const fresh = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none', onDeviceLost: (err) => { window.spareLost[k] = err.name; } });
       const after = await greedy(fresh);
-      await fresh.unload();
-      out[worker ? 'worker' : 'page'] = { settled, later, before, after };
+      window.spareEngines[k] = fresh;
+      out[k] = { settled, later, before, after };
     }
     return out;
   });
@@ -1236,8 +1261,12 @@ test('a lost GPU device fails later calls with DeviceLostError and fires devicel
     const out = {};
     const greedy = async (e) => { const t = []; for await (const c of e.generate({ tokens: [1, 2, 3] }, { maxTokens: 2 })) t.push(c.token); return t; };
     for (const worker of [true, false]) {
-      let called = null;
-      const e = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none', onDeviceLost: (err) => { called = err.name; } });
+      // The panic test's fresh engine where it ran (/hf/llama/ too, its onDeviceLost writing
+      // to window.spareLost), else a new one.
+      const k = worker ? 'worker' : 'page';
+      window.spareLost[k] = null;
+      const e = window.spareEngines[k] ?? await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none', onDeviceLost: (err) => { window.spareLost[k] = err.name; } });
+      delete window.spareEngines[k];
       const before = await greedy(e);
       const event = new Promise((ok) => e.addEventListener('devicelost', (ev) => ok(ev.detail.error instanceof ferrolm.DeviceLostError ? ev.detail.error.name : 'wrong class')));
       await e._loseDeviceForTesting();
@@ -1249,7 +1278,7 @@ test('a lost GPU device fails later calls with DeviceLostError and fires devicel
       const fresh = await ferrolm.createEngine({ model: '/hf/llama/', worker, cache: 'none' });
       const after = await greedy(fresh);
       await fresh.unload();
-      out[worker ? 'worker' : 'page'] = { fired, lost, called, later, before, after };
+      out[k] = { fired, lost, called: window.spareLost[k], later, before, after };
     }
     return out;
   });

@@ -6,6 +6,7 @@ pub mod pipelines;
 
 use crate::error::{Error, Result};
 pub use pipelines::{Kernel, Pipeline, Pipelines};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 /// What the engine learned about the adapter; reported by `inspect`, `bench` and the web API.
@@ -44,12 +45,15 @@ impl PendingMap {
     }
 }
 
+/// A handle on a device. Clones share the device, its compiled pipelines and its error and loss
+/// slots (in a browser, the engines of one page or worker: `Gpu::for_load`).
+#[derive(Clone)]
 pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub summary: AdapterSummary,
     pub limits: wgpu::Limits,
-    pub pipelines: Pipelines,
+    pub pipelines: Rc<Pipelines>,
     /// First uncaptured device error (validation, out of memory), if any.
     error: Arc<Mutex<Option<String>>>,
     /// Why the device was lost (driver reset, GPU removed, the browser reclaimed it), once it is:
@@ -99,7 +103,118 @@ const MIN_INVOCATIONS: u32 = 256;
 /// matrix units needs more and checks for itself (ops/attention.rs `ATTENTION_COOP_STORAGE`).
 const COOP_WORKGROUP_STORAGE: u32 = 48 * 1024;
 
+/// In a browser, the device the engines of this page or worker share (`Gpu::for_load`), with
+/// whether `FERROLM_NO_SUBGROUP_MATRIX` was set when it was opened, and the loads under way on it.
+#[cfg(target_arch = "wasm32")]
+struct Shared {
+    gpu: Gpu,
+    no_subgroup_matrix: bool,
+    loads: Rc<std::cell::Cell<u32>>,
+}
+
+#[cfg(target_arch = "wasm32")]
+thread_local! {
+    static SHARED: std::cell::RefCell<Option<Shared>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A load's claim on its device: until `finish`, the device's errors (out of memory, validation,
+/// the compiler's) are the load's, caught by error scopes, so that a load that fails leaves the
+/// other engines on a shared device working.
+pub struct LoadScope {
+    scopes: Vec<wgpu::ErrorScopeGuard>,
+    #[cfg(target_arch = "wasm32")]
+    loads: Option<Rc<std::cell::Cell<u32>>>,
+}
+
+impl LoadScope {
+    /// The first error the load's GPU work raised, as the device's error slot would report it.
+    pub async fn finish(mut self) -> Result<()> {
+        // Popped here, innermost first; `Drop` then finds none left.
+        let mut first = None;
+        // Scopes pop innermost first; the outermost caught the earliest kind pushed.
+        while let Some(scope) = self.scopes.pop() {
+            if let Some(e) = scope.pop().await {
+                first = Some(e.to_string());
+            }
+        }
+        first.map_or(Ok(()), |e| Err(Error::Gpu(e)))
+    }
+}
+
+impl Drop for LoadScope {
+    fn drop(&mut self) {
+        // A load that failed early: its scopes go innermost first, as a device's stack of error
+        // scopes must be popped (a Vec would drop them outermost first).
+        while let Some(scope) = self.scopes.pop() {
+            drop(scope);
+        }
+        #[cfg(target_arch = "wasm32")]
+        if let Some(n) = &self.loads {
+            n.set(n.get().saturating_sub(1));
+        }
+    }
+}
+
 impl Gpu {
+    /// The device for an engine's load and the load's error scope. Natively a device of its own
+    /// (`Gpu::new`). In a browser the page's or worker's device, shared with the engines it already
+    /// runs, while that device is sound (not lost, no error) and no other load is under way on it:
+    /// the engines then share compiled pipelines, which saves most of a load where pipelines
+    /// compile slowly (SwiftShader: ~0.5-2 s each, ~30 a model), and one lost device fails them
+    /// all, as losing the GPU does anyway.
+    pub async fn for_load() -> Result<(Gpu, LoadScope)> {
+        #[cfg(target_arch = "wasm32")]
+        {
+            let no_smx = web_flag("FERROLM_NO_SUBGROUP_MATRIX");
+            let reuse = SHARED.with(|s| {
+                s.borrow().as_ref().and_then(|sh| {
+                    let idle = sh.loads.get() == 0 && sh.no_subgroup_matrix == no_smx;
+                    (idle && sh.gpu.check().is_ok()).then(|| (sh.gpu.clone(), sh.loads.clone()))
+                })
+            });
+            let (gpu, loads) = match reuse {
+                Some(g) => g,
+                None => {
+                    let gpu = Gpu::new().await?;
+                    let loads = Rc::new(std::cell::Cell::new(0));
+                    let keep = SHARED.with(|s| {
+                        let mut s = s.borrow_mut();
+                        // Another load may have opened a device meanwhile: the first sound one stays.
+                        let busy = s.as_ref().is_some_and(|sh| sh.gpu.check().is_ok() && sh.loads.get() > 0);
+                        if !busy {
+                            *s = Some(Shared { gpu: gpu.clone(), no_subgroup_matrix: no_smx, loads: loads.clone() });
+                        }
+                        !busy
+                    });
+                    (gpu, if keep { loads } else { Rc::new(std::cell::Cell::new(0)) })
+                }
+            };
+            loads.set(loads.get() + 1);
+            let scopes = gpu.push_load_scopes();
+            Ok((gpu, LoadScope { scopes, loads: Some(loads) }))
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let gpu = Gpu::new().await?;
+            let scopes = gpu.push_load_scopes();
+            Ok((gpu, LoadScope { scopes }))
+        }
+    }
+
+    fn push_load_scopes(&self) -> Vec<wgpu::ErrorScopeGuard> {
+        [wgpu::ErrorFilter::OutOfMemory, wgpu::ErrorFilter::Validation, wgpu::ErrorFilter::Internal]
+            .into_iter()
+            .map(|f| self.device.push_error_scope(f))
+            .collect()
+    }
+
+    /// Destroys the device on purpose (the package's device-loss test), marking it lost at once so
+    /// that no load takes it for a sound shared device before the browser reports the loss.
+    pub fn destroy_for_testing(&self) {
+        *self.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some("destroyed by the test".into());
+        self.device.destroy();
+    }
+
     /// Pick an adapter (high performance first) and open a device with the adapter's limits.
     /// Natively `WGPU_BACKEND` (e.g. `vulkan`) and `WGPU_ADAPTER_NAME` narrow the choice.
     pub async fn new() -> Result<Gpu> {
@@ -268,7 +383,7 @@ impl Gpu {
             timestamps_in_passes: wanted.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         };
         let scratch_row = crate::ops::matmul::i8_scratch_row(limits.max_compute_workgroup_storage_size as usize);
-        let pipelines = Pipelines::new(sg32, idot, fused_attention, matrix_units, i8_prefill, scratch_row);
+        let pipelines = Rc::new(Pipelines::new(sg32, idot, fused_attention, matrix_units, i8_prefill, scratch_row));
         let mut gpu = Gpu { device, queue, summary, limits, pipelines, error, lost, id };
         // The subgroup kernels (reductions, 8-bit and f16 matrices) take lid / 32 as a subgroup
         // and lid % 32 as its lane; where the adapter lays subgroups out otherwise (or the probe
@@ -282,7 +397,7 @@ impl Gpu {
                 );
                 // Natively the 8-bit prefill takes packed dot products, no subgroups.
                 let i8 = i8_prefill && cfg!(not(target_arch = "wasm32"));
-                gpu.pipelines = Pipelines::new(false, idot, fused_attention, false, i8, scratch_row);
+                gpu.pipelines = Rc::new(Pipelines::new(false, idot, fused_attention, false, i8, scratch_row));
                 gpu.summary.subgroups = false;
                 gpu.summary.matrix_units = false;
                 gpu.summary.i8_prefill = i8;
@@ -339,7 +454,7 @@ impl Gpu {
             queue: self.queue.clone(),
             summary: self.summary.clone(),
             limits: self.limits.clone(),
-            pipelines: self.pipelines.fresh(),
+            pipelines: Rc::new(self.pipelines.fresh()),
             error: self.error.clone(),
             lost: self.lost.clone(),
             id: self.id,

@@ -271,7 +271,7 @@ impl WasmEngine {
     #[wasm_bindgen(js_name = loseDeviceForTesting)]
     pub fn lose_device_for_testing(&self) -> Result<(), JsValue> {
         let s = self.inner.try_borrow().map_err(|_| busy())?;
-        s.engine.rt.gpu.device.destroy();
+        s.engine.rt.gpu.destroy_for_testing();
         Ok(())
     }
 
