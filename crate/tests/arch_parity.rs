@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Tiny random-weight folders of each family (tests/scripts/make_arch_fixtures.py); smollm3-swa
 /// is SmolLM3 with `use_sliding_window`.
-const FAMILIES: [&str; 12] = [
+const FAMILIES: [&str; 13] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -26,6 +26,7 @@ const FAMILIES: [&str; 12] = [
     "smollm3",
     "smollm3-swa",
     "granite",
+    "ministral",
 ];
 
 fn dir(name: &str) -> PathBuf {

@@ -231,11 +231,7 @@ fn family_rules_for_biases_windows_and_wrappers() {
     use ferrolm::model::ModelConfig;
     let base = json!({"hidden_size": 64, "intermediate_size": 100, "num_hidden_layers": 2, "num_attention_heads": 4,
         "vocab_size": 10});
-    let with = |extra: Value| {
-        let mut v = base.clone();
-        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        HfConfig::from_json(&v.to_string()).unwrap()
-    };
+    let with = |extra: Value| HfConfig::from_json(&with_raw(&base, extra)).unwrap();
     // Which projections carry biases follows each family's modeling code, not the key alone.
     let flags = |c: &HfConfig| (c.qkv_bias, c.o_bias, c.mlp_bias);
     let bias = json!({"attention_bias": true, "mlp_bias": true});
@@ -314,4 +310,38 @@ fn length_dependent_rope_tables() {
         assert!((got - want).abs() < 1e-6, "position {p}: {got} vs {want}");
     }
     assert!(!cfg.rope_recompute_at(0, 7), "only Phi-3 recomputes its cache");
+}
+
+/// The layer rules of configs written without the lists transformers fills in (its config
+/// classes' `__post_init__`): Ministral slides everywhere a window is given, SmolLM3 drops rope
+/// on every `no_rope_layer_interval`-th layer and slides there only with `use_sliding_window`,
+/// Granite's absent multipliers are 1.
+#[test]
+fn per_layer_defaults_follow_the_config_classes() {
+    let base = json!({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+                      "vocab_size": 256});
+    let with = |extra: Value| HfConfig::from_json(&with_raw(&base, extra)).unwrap();
+    let (s, f) = (LayerKind::Sliding, LayerKind::Full);
+    assert_eq!(with(json!({"model_type": "ministral", "sliding_window": 8})).layer_types, vec![s; 4]);
+    assert_eq!(with(json!({"model_type": "ministral", "sliding_window": null})).layer_types, vec![f; 4]);
+    let m = with(json!({"model_type": "smollm3", "no_rope_layer_interval": 2, "sliding_window": 8}));
+    assert_eq!((m.nope_layers, m.layer_types), (vec![false, true, false, true], vec![f; 4]));
+    let m = with(json!({"model_type": "smollm3", "use_sliding_window": true, "sliding_window": 8}));
+    assert_eq!((m.nope_layers, m.layer_types), (vec![false, false, false, true], vec![f, f, f, s]));
+    let m = with(json!({"model_type": "smollm3", "no_rope_layers": [1, 0, 1, 1]}));
+    assert_eq!(m.nope_layers, vec![false, true, false, false]);
+    assert!(HfConfig::from_json(&with_raw(&base, json!({"model_type": "smollm3", "no_rope_layers": [1, 2, 1, 1]})))
+        .is_err());
+    assert!(HfConfig::from_json(&with_raw(&base, json!({"model_type": "smollm3", "no_rope_layers": [1, 1]}))).is_err());
+    let g = with(json!({"model_type": "granite", "logits_scaling": 8.0})).multipliers.unwrap();
+    assert_eq!((g.embedding, g.residual, g.attention, g.logits_scaling), (1.0, 1.0, 1.0, 8.0));
+    assert!(
+        HfConfig::from_json(&with_raw(&base, json!({"model_type": "granite", "residual_multiplier": -1.0}))).is_err()
+    );
+}
+
+fn with_raw(base: &Value, extra: Value) -> String {
+    let mut v = base.clone();
+    v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    v.to_string()
 }

@@ -47,7 +47,8 @@ import numpy as np
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
-                          GraniteConfig, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
+                          GraniteConfig, MinistralConfig, Phi3Config, Qwen2Config, Qwen3Config,
+                          SmolLM3Config)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 SEED = 1234
@@ -87,6 +88,9 @@ FAMILIES = {
     # Four layers, so the fourth is a NoPE layer (no_rope_layer_interval 4). Untied, as Gemma above.
     "smollm3": (SmolLM3Config, dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=False,
                                     rope_parameters=dict(rope_type="default", rope_theta=5e6))),
+    # A window on the first layer only (Ministral's layer_types; Mistral slides everywhere).
+    "ministral": (MinistralConfig, dict(head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                                        rope_parameters=dict(rope_type="default", rope_theta=1e6))),
     # Granite's four scalars, each away from 1 (Granite 3.x: 12, 0.22, 1/128 and 8), with biases.
     "granite": (GraniteConfig, dict(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.15,
                                     logits_scaling=2.5, attention_bias=True, tie_word_embeddings=False,

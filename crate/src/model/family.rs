@@ -31,6 +31,8 @@ pub enum Sliding {
     /// Only with `use_sliding_window`: `layer_types` when given, else the layers without rope
     /// (SmolLM3).
     NoPeIfUsed,
+    /// `layer_types` when given, else every layer when a window is given (Ministral).
+    ListedElseAll,
 }
 
 /// A family: its names in each format and the flags the configs and loaders take from it.
@@ -252,6 +254,18 @@ pub const FAMILIES: &[Family] = &[
         mlc: None,
         sliding: Sliding::NoPeIfUsed,
         nope_every: 4,
+        ..LLAMA
+    },
+    // Mistral with a window per layer (`layer_types`).
+    Family {
+        name: "ministral",
+        gguf: &[],
+        hf: &["ministral"],
+        mlc: None,
+        qkv_bias: Bias::Never,
+        o_bias: Bias::Never,
+        mlp_bias: false,
+        sliding: Sliding::ListedElseAll,
         ..LLAMA
     },
     // A Llama with four scalars (IBM Granite 3.x).

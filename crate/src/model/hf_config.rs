@@ -668,6 +668,9 @@ fn layer_types(o: &Obj, fam: &Family, n: usize, nope: &[bool]) -> Result<Vec<Lay
             .collect();
     }
     let pattern = match fam.sliding {
+        Sliding::ListedElseAll => {
+            return Ok(vec![if window.is_some() { LayerKind::Sliding } else { LayerKind::Full }; n]);
+        }
         Sliding::Every(n) => n,
         Sliding::EveryKey(n) => o.count("sliding_window_pattern", bounds::PATTERN)?.unwrap_or(n),
         Sliding::FromLayer => {
