@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Tiny random-weight folders of each family (tests/scripts/make_arch_fixtures.py); smollm3-swa
 /// is SmolLM3 with `use_sliding_window`.
-const FAMILIES: [&str; 13] = [
+const FAMILIES: [&str; 14] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -27,6 +27,7 @@ const FAMILIES: [&str; 13] = [
     "smollm3-swa",
     "granite",
     "ministral",
+    "internlm3",
 ];
 
 fn dir(name: &str) -> PathBuf {

@@ -315,7 +315,7 @@ fn length_dependent_rope_tables() {
 /// The layer rules of configs written without the lists transformers fills in (its config
 /// classes' `__post_init__`): Ministral slides everywhere a window is given, SmolLM3 drops rope
 /// on every `no_rope_layer_interval`-th layer and slides there only with `use_sliding_window`,
-/// Granite's absent multipliers are 1.
+/// Granite's absent multipliers are 1, InternLM3 takes `qkv_bias` / `bias` and heads of 128.
 #[test]
 fn per_layer_defaults_follow_the_config_classes() {
     let base = json!({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -338,6 +338,8 @@ fn per_layer_defaults_follow_the_config_classes() {
     assert!(
         HfConfig::from_json(&with_raw(&base, json!({"model_type": "granite", "residual_multiplier": -1.0}))).is_err()
     );
+    let i = with(json!({"model_type": "internlm3", "qkv_bias": true, "bias": true}));
+    assert_eq!((i.head_dim, i.qkv_bias, i.o_bias, i.mlp_bias, i.rms_norm_eps), (128, true, true, true, 1e-5));
 }
 
 fn with_raw(base: &Value, extra: Value) -> String {

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
-                          GraniteConfig, MinistralConfig, Phi3Config, Qwen2Config, Qwen3Config,
+                          GraniteConfig, InternLM3Config, MinistralConfig, Phi3Config, Qwen2Config, Qwen3Config,
                           SmolLM3Config)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -91,6 +91,9 @@ FAMILIES = {
     # A window on the first layer only (Ministral's layer_types; Mistral slides everywhere).
     "ministral": (MinistralConfig, dict(head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
                                         rope_parameters=dict(rope_type="default", rope_theta=1e6))),
+    # InternLM3 (built as a Llama) with its biases on: q/k/v/o and gate/up/down alike.
+    "internlm3": (InternLM3Config, dict(head_dim=16, attention_bias=True, mlp_bias=True,
+                                        rope_parameters=dict(rope_type="default", rope_theta=5e6))),
     # Granite's four scalars, each away from 1 (Granite 3.x: 12, 0.22, 1/128 and 8), with biases.
     "granite": (GraniteConfig, dict(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.15,
                                     logits_scaling=2.5, attention_bias=True, tie_word_embeddings=False,

@@ -94,6 +94,11 @@ pub struct Family {
     /// (logits divided by it); GGUF's `embedding_scale`, `residual_scale`, `attention.scale`
     /// and `logit_scale`.
     pub multipliers: bool,
+    /// config.json's `head_dim` when absent (None: hidden / heads; InternLM3Config: 128).
+    pub head_dim: Option<usize>,
+    /// Older names of `attention_bias` and `mlp_bias` the config class maps (InternLM3's
+    /// `qkv_bias` and `bias`), read where the new one is absent.
+    pub bias_aliases: Option<(&'static str, &'static str)>,
 }
 
 /// The plain Llama row the others start from.
@@ -124,6 +129,8 @@ pub const LLAMA: Family = Family {
     legacy_gelu: false,
     nope_every: 0,
     multipliers: false,
+    head_dim: None,
+    bias_aliases: None,
 };
 
 /// What config.json of an unknown model_type reads as (`ModelConfig::from_hf` then refuses it).
@@ -266,6 +273,17 @@ pub const FAMILIES: &[Family] = &[
         o_bias: Bias::Never,
         mlp_bias: false,
         sliding: Sliding::ListedElseAll,
+        ..LLAMA
+    },
+    // Llama with InternLM's defaults and names (transformers builds it as LlamaForCausalLM).
+    Family {
+        name: "internlm3",
+        gguf: &[],
+        hf: &["internlm3"],
+        mlc: None,
+        rms_eps: 1e-5,
+        head_dim: Some(128),
+        bias_aliases: Some(("qkv_bias", "bias")),
         ..LLAMA
     },
     // A Llama with four scalars (IBM Granite 3.x).

@@ -284,7 +284,8 @@ impl HfConfig {
                 "config.json: {num_attention_heads} attention heads cannot share {num_key_value_heads} KV heads"
             )));
         }
-        let head_dim = o.count("head_dim", bounds::HEAD_DIM)?.unwrap_or(hidden_size / num_attention_heads);
+        let head_dim =
+            o.count("head_dim", bounds::HEAD_DIM)?.or(fam.head_dim).unwrap_or(hidden_size / num_attention_heads);
         let max_position_embeddings = o
             .count("max_position_embeddings", bounds::POSITIONS)?
             .map_or(if gemma { 8192 } else { 4096 }, |v| v as u64);
@@ -315,7 +316,9 @@ impl HfConfig {
         };
         // Which projections have biases follows each family's modeling code in transformers:
         // Mistral and Phi-3 have none whatever the config says, Qwen2 has q/k/v biases always.
-        let attention_bias = o.bool("attention_bias")?.unwrap_or(false);
+        let (attn_alias, mlp_alias) = fam.bias_aliases.unwrap_or(("attention_bias", "mlp_bias"));
+        let attention_bias = o.bool("attention_bias")?.or(o.bool(attn_alias)?).unwrap_or(false);
+        let mlp_bias = o.bool("mlp_bias")?.or(o.bool(mlp_alias)?).unwrap_or(false);
         let absent_or = |k: &str, d: Option<f64>| -> Result<Option<f64>> {
             if merged.contains_key(k) {
                 o.real(k, bounds::non_negative)
@@ -343,7 +346,7 @@ impl HfConfig {
             hidden_act,
             qkv_bias: fam.qkv_bias == Bias::Always || (attention_bias && fam.qkv_bias == Bias::IfAttentionBias),
             o_bias: attention_bias && fam.o_bias == Bias::IfAttentionBias,
-            mlp_bias: fam.mlp_bias && o.bool("mlp_bias")?.unwrap_or(false),
+            mlp_bias: fam.mlp_bias && mlp_bias,
             qk_norm: fam.qk_norm,
             fused_qkv_gate_up: fam.fused,
             rope,
