@@ -1,5 +1,6 @@
 // Prefill GLU: h[t, j] = act(gate[t, j]) * up[t, j] (glu.wgsl), where each token's row of `gu`
-// holds the gate outputs then the up outputs ([gate; up] is one concatenated matrix). Where the
+// holds the gate outputs then the up outputs ([gate; up] is one concatenated matrix); UNGATED:
+// h[t, j] = act(up[t, j]), rows of F up outputs. Where the
 // 8-bit matmul takes both matrices it does this itself (matmul_i8.wgsl GLU) and this pass is not
 // run.
 // F16_OUT (F even): two outputs an invocation, also written in f16 to h16 (pairs packed in
@@ -19,6 +20,9 @@ override I8_OUT: bool = false;
 @group(0) @binding(6) var<storage, read_write> h8s: array<vec2<f32>>;
 
 fn glu_at(i: u32) -> f32 {
+    if (UNGATED) {
+        return glu_act(gu[i]);
+    }
     let t = i / F;
     let j = i % F;
     return glu(gu[t * 2u * F + j], gu[t * 2u * F + F + j]);

@@ -3,6 +3,7 @@
 // (rowdot.wgsl), prefill's GLU pass (ffn_act.wgsl) and the 8-bit matmul's GLU epilogue.
 override GELU: bool = false;
 override RELU2: bool = false;   // BitNet's relu(x)^2
+override UNGATED: bool = false; // act(up) alone: the FFN has no gate (Arcee); ffn_act.wgsl, matvec EPI 3
 
 fn glu_act(g: f32) -> f32 {
     if (GELU) {

@@ -4,6 +4,7 @@
 //   EPI 0: y[n] = v (+ bias)         EPI 1: y[n] += v (residual add)
 //   SCALE (EPI 0/1): v (+ bias) scaled before it is stored or added (Granite's residual and
 //          logit multipliers).
+//   EPI 3: y[n] = act(v + bias) (glu.wgsl's activation: an FFN without a gate)
 //   EPI 2: GLU: y[j] = act(gate_j) * up_j with gate rows [0, N/2) and up rows [N/2, N) (biases
 //          added to both first).
 // Each 32-invocation row group computes (a slice of) four rows (`dot4`, rowdot.wgsl; for GLU the
@@ -107,6 +108,9 @@ fn store(v: vec4<f32>, first: u32, slice: u32, t: u32, slot: u32, wgi: u32, bias
     let owner = slice == 0u && t < 4u && row < N;
     if (SOFTCAP > 0.0) {
         o = SOFTCAP * tanh(o / SOFTCAP);
+    }
+    if (EPI == 3u) {
+        o = glu_act(o);
     }
     if (owner) {
         y[ROW0 + row] = o;

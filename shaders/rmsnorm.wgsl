@@ -15,6 +15,11 @@ override NW_OFF: u32 = 0u;
 override ADD: bool = false;   // y += result (Gemma's post-norms feed the residual stream)
 override F16_OUT: bool = false;   // H even, not with ADD or LAST_ONLY
 override I8_OUT: bool = false;    // H a multiple of 32, not with ADD or LAST_ONLY
+// Rows of H values STRIDE apart from column COL0 (OLMo 2's norm of each token's q or k in its
+// [q; k; v] row), normalised where they are (IN_PLACE: y is read, x unused). Plain rows only.
+override STRIDE: u32 = 0u;   // 0: H
+override COL0: u32 = 0u;
+override IN_PLACE: bool = false;
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> vecs: array<f32>;
@@ -34,9 +39,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     } else if (row >= step.n_tokens) {
         return;
     }
+    let stride = select(H, STRIDE, STRIDE > 0u);
     var ss = 0.0;
     for (var i = lid; i < H; i += 256u) {
-        let v = x[row * H + i];
+        let v = x_at(row * stride + COL0 + i);
         ss += v * v;
     }
     partial[lid] = ss;
@@ -84,11 +90,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         return;
     }
     for (var i = lid; i < H; i += 256u) {
-        let v = x[row * H + i] * inv * (vecs[NW_OFF + i] + NW_OFFSET);
+        let v = x_at(row * stride + COL0 + i) * inv * (vecs[NW_OFF + i] + NW_OFFSET);
         if (ADD) {
-            y[out_row * H + i] += v;
+            y[out_row * stride + COL0 + i] += v;
         } else {
-            y[out_row * H + i] = v;
+            y[out_row * stride + COL0 + i] = v;
         }
     }
+}
+
+fn x_at(i: u32) -> f32 {
+    if (IN_PLACE) {
+        return y[i];
+    }
+    return x[i];
 }

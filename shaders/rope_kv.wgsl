@@ -14,6 +14,7 @@ override NH: u32;
 override NKV: u32;
 override CAP: u32;   // cache slots per KV head: position p lives in slot p % CAP
 override QK_NORM: bool = false;  // per-head RMSNorm of q and k first (Qwen3, Gemma 3)
+override QK_NORM_AFTER: bool = false;  // ... of the rotated q and k instead (HunYuan)
 override Q_NORM_OFF: u32 = 0u;
 override K_NORM_OFF: u32 = 0u;
 override EPS: f32 = 1e-6;
@@ -57,6 +58,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         b = qkv[i + 1u];
     }
     let is_v = head >= NH + NKV;
+    let rotates = live && !is_v && 2u * w < ROT;
+    if (QK_NORM_AFTER && rotates) {
+        let p = rotate(a, b, rope[pos * (ROT / 2u) + w]);
+        a = p.x;
+        b = p.y;
+    }
     if (QK_NORM && wg.x < NH + NKV) {
         ss_sh[lid] = a * a + b * b;
         workgroupBarrier();
@@ -77,7 +84,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (!live) {
         return;
     }
-    if (!is_v && 2u * w < ROT) {
+    if (!QK_NORM_AFTER && rotates) {
         let p = rotate(a, b, rope[pos * (ROT / 2u) + w]);
         a = p.x;
         b = p.y;

@@ -117,8 +117,9 @@ fn config() -> ModelConfig {
         attn_scale: 1.0 / (HD as f64).sqrt(),
         attn_softcap: 0.0,
         final_softcap: 0.0,
-        qk_norm: false,
-        post_norms: false,
+        qk_norm: crate::model::family::QkNorm::None,
+        norms: crate::model::family::PRE_NORMS,
+        gated: true,
         sliding_window: 0,
         layer_sliding: vec![false; LAYERS],
         layer_nope: vec![false; LAYERS],
@@ -228,8 +229,8 @@ pub async fn kernel_checks(gpu: &Gpu) -> Result<Vec<Check>> {
         let (attn_norm, ffn_norm) = (norm_weights(&mut rng, H), norm_weights(&mut rng, H));
         let p = |raw: &[u8], rows: usize, cols: usize| pack::pack(GgmlType::Q8_0, rows, cols, raw);
         parts.push(LayerParts {
-            attn_norm: attn_norm.clone(),
-            ffn_norm: ffn_norm.clone(),
+            attn_norm: Some(attn_norm.clone()),
+            ffn_norm: Some(ffn_norm.clone()),
             qkv: vec![p(&wq.0, H, H)?, p(&wk.0, KV_HEADS * HD, H)?, p(&wv.0, KV_HEADS * HD, H)?],
             qkv_bias: None,
             q_norm: None,

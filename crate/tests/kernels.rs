@@ -721,7 +721,7 @@ fn rope_and_kv_write() {
         let h = Heads { q_stride: stride, ..heads(hd, nh, nkv, ctx, ctx, 0) };
         run(&g, Caps::of(&g), [t as u32, pos0 as u32, 0], |rec| {
             let (kv, vecs, rope) = (&kvb, &vb, &rb);
-            attention::rope_kv(rec, h, attention::RopeKv { qkv: &qb, kv, vecs, rope, rot, qk_norm: None })
+            attention::rope_kv(rec, h, attention::RopeKv { qkv: &qb, kv, vecs, rope, rot, qk_norm: None, after: false })
         });
         let got = read(&g, &qb, qkv.len());
         for (tt, row) in rows.iter().enumerate() {
@@ -1001,7 +1001,7 @@ fn ffn_activations() {
             let (hb, h16b) = (poisoned(&g, t * f), poisoned(&g, t * f / 2));
             let ready = half.then_some(Ready::F16(&h16b));
             run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| {
-                elementwise::glu(rec, f, Act { gelu, relu2: false }, &gb, &hb, ready)
+                elementwise::glu(rec, f, Act { gelu, ..Act::default() }, &gb, &hb, ready)
             });
             let what = format!("ffn gelu={gelu} f16={half}");
             assert_close(&read(&g, &hb, t * f), &want, 1e-5, 1e-4, &what);
@@ -1016,7 +1016,7 @@ fn ffn_activations() {
         let gu8: Vec<f32> =
             (0..t).flat_map(|tt| [&gu[tt * 2 * f..][..f8], &gu[tt * 2 * f + f..][..f8]].concat()).collect();
         let (gb8, hb) = (buf_f32(&g, &gu8), poisoned(&g, t * f8));
-        let act = Act { gelu, relu2: false };
+        let act = Act { gelu, ..Act::default() };
         run(&g, Caps::of(&g), [t as u32, 0, 0], |rec| elementwise::glu(rec, f8, act, &gb8, &hb, None));
         let (want, want_s) = planes_of(&g, &hb, t, f8);
         let (q, s) = planes(&g, t, f8);
@@ -1044,7 +1044,7 @@ fn i8_matmul_glu_epilogue() {
         let (a8_bytes, a8s_bytes) = matmul::a8_bytes(k, m);
         let (a8, a8s) = (poisoned(&g, a8_bytes as usize / 4), poisoned(&g, a8s_bytes as usize / 4));
         let (gub, hb, unused) = (poisoned(&g, m * 2 * f), poisoned(&g, m * f), poisoned(&g, 4));
-        let act = Act { gelu, relu2: false };
+        let act = Act { gelu, ..Act::default() };
         let mm = |c, glu| MatMul {
             label: "gate+up",
             w: &w,

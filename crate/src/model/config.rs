@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::bounds;
-use crate::model::family::{self, Bias, Family, Sliding};
+use crate::model::family::{self, Bias, Family, Norms, QkNorm, Sliding};
 use crate::weights::gguf::GgufFile;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -63,10 +63,11 @@ pub struct ModelConfig {
     /// Soft-capping of attention scores and of final logits (0: off).
     pub attn_softcap: f32,
     pub final_softcap: f32,
-    /// Per-head RMSNorm of q and k before the rotary embedding (Qwen3, Gemma 3).
-    pub qk_norm: bool,
-    /// Norms after attention and after the FFN, before the residual add (Gemma 2/3).
-    pub post_norms: bool,
+    pub qk_norm: QkNorm,
+    /// Which norms a layer has (and their tensor names).
+    pub norms: Norms,
+    /// act(gate) * up FFN (else act(up): the [gate; up] matrix holds the up rows only).
+    pub gated: bool,
     /// Sliding window in positions (0: none) and which layers use it. Causal models: a query
     /// sees the last `sliding_window` positions up to itself; bidirectional ones: every position
     /// less than `sliding_window` away on either side.
@@ -301,7 +302,8 @@ impl ModelConfig {
             attn_softcap: real(g, &k("attn_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             final_softcap: real(g, &k("final_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             qk_norm: fam.qk_norm,
-            post_norms: fam.post_norms,
+            norms: fam.norms,
+            gated: fam.gated,
             // A bidirectional file keeps the configured window W, which transformers applies as
             // |i - j| < W / 2 + 1 (as from_hf does).
             sliding_window: match (count(g, &k("attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0), causal) {
@@ -401,6 +403,14 @@ impl ModelConfig {
     /// Floats per token of a full-attention layer's fused projection: [q; k; v] and the gates.
     pub fn attn_rows(&self) -> usize {
         self.q_dim() + 2 * self.kv_dim() + if self.attn_gate { self.q_dim() } else { 0 }
+    }
+    /// Rows of the FFN's first matrix: [gate; up], or up alone.
+    pub fn ffn_rows(&self) -> usize {
+        if self.gated {
+            2 * self.ffn
+        } else {
+            self.ffn
+        }
     }
     /// Floats per token of any layer's fused input projection (`Buffers::qkv`).
     pub fn proj_rows(&self) -> usize {
@@ -540,8 +550,9 @@ impl ModelConfig {
             rms_eps: h.rms_norm_eps as f32,
             rope_theta: h.rope.theta,
             rope_dim,
-            // HF checkpoints rotate halves; the loader reorders q/k rows into pairs.
-            rope_neox: true,
+            // HF checkpoints rotate halves (the loader reorders q/k rows into pairs), but for
+            // the families whose modeling code rotates pairs.
+            rope_neox: !fam.hf_rope_pairs,
             rope_freq_factors: None,
             rope_linear_scale: 1.0,
             qkv_bias: h.qkv_bias,
@@ -575,9 +586,9 @@ impl ModelConfig {
                 Some("gemma3") => 0.0,
                 _ => h.final_logit_softcapping.unwrap_or(0.0) as f32,
             },
-            qk_norm: h.qk_norm,
-            // Gemma 1 has Llama's two norms per layer; Gemma 2/3 add the post-norms.
-            post_norms: fam.post_norms,
+            qk_norm: if h.qk_norm { fam.qk_norm } else { QkNorm::None },
+            norms: fam.norms,
+            gated: fam.gated,
             // transformers turns a bidirectional model's window W into |i - j| < W / 2 + 1
             // (Gemma3TextConfig.__post_init__); config.json keeps W.
             sliding_window: match (h.sliding_window, h.bidirectional) {

@@ -35,6 +35,67 @@ pub enum Sliding {
     ListedElseAll,
 }
 
+/// A layer's norms, each with its tensor names (None: the layer has no such norm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Norms {
+    /// Before the token mixer; without it the mixer reads the residual stream as it is (OLMo 2,
+    /// EXAONE 4 normalise outputs only).
+    pub attn: Option<Tensor>,
+    /// On the token mixer's output, before the residual add (Gemma 2/3, OLMo 2, GLM-4).
+    pub post_attn: Option<Tensor>,
+    /// Before the FFN.
+    pub ffn: Option<Tensor>,
+    /// On the FFN's output, before the residual add.
+    pub post_ffn: Option<Tensor>,
+}
+
+impl Norms {
+    /// Whether some output goes through a norm before the residual add.
+    pub fn post(&self) -> bool {
+        self.post_attn.is_some() || self.post_ffn.is_some()
+    }
+}
+
+/// Llama's pre-norms.
+pub const PRE_NORMS: Norms =
+    Norms { attn: Some(tensor::ATTN_NORM), post_attn: None, ffn: Some(tensor::FFN_NORM), post_ffn: None };
+/// Gemma 2/3's pre- and post-norms.
+pub const SANDWICH_NORMS: Norms = Norms {
+    attn: Some(tensor::ATTN_NORM),
+    post_attn: Some(tensor::POST_ATTN_NORM),
+    ffn: Some(tensor::PRE_FFN_NORM),
+    post_ffn: Some(tensor::POST_FFN_NORM),
+};
+/// Norms of the outputs only (OLMo 2, EXAONE 4).
+pub const POST_NORMS: Norms =
+    Norms { attn: None, post_attn: Some(tensor::POST_ATTN_NORM), ffn: None, post_ffn: Some(tensor::POST_FFN_NORM) };
+
+/// The RMS norm of q and k, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum QkNorm {
+    None,
+    /// Per head, before the rotary embedding (Qwen3, Gemma 3, EXAONE 4).
+    Head,
+    /// Per head, after the rotary embedding (HunYuan).
+    HeadAfterRope,
+    /// Over the whole q and k projections, before the rotary embedding (OLMo 2).
+    Whole,
+}
+
+impl QkNorm {
+    pub fn on(self) -> bool {
+        self != QkNorm::None
+    }
+}
+
+/// A config.json default of a family's config class, applied where the key is absent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ConfigDefault {
+    Bool(bool),
+    Int(u64),
+    Real(f64),
+}
+
 /// A family: its names in each format and the flags the configs and loaders take from it.
 #[derive(Clone, Copy, Debug)]
 pub struct Family {
@@ -52,10 +113,8 @@ pub struct Family {
     /// Gemma: embeddings scaled by sqrt(hidden), GELU (tanh) by default, tied embeddings and 8192
     /// positions by default, (1 + w) norms; MLC stores its norm weights plus one.
     pub gemma: bool,
-    /// Norms after attention and after the FFN (Gemma 2/3).
-    pub post_norms: bool,
-    /// Per-head RMSNorm of q and k (Qwen3, Gemma 3, Qwen3.5).
-    pub qk_norm: bool,
+    pub norms: Norms,
+    pub qk_norm: QkNorm,
     pub qkv_bias: Bias,
     pub o_bias: Bias,
     /// config.json's `mlp_bias` is read (Llama).
@@ -99,6 +158,15 @@ pub struct Family {
     /// Older names of `attention_bias` and `mlp_bias` the config class maps (InternLM3's
     /// `qkv_bias` and `bias`), read where the new one is absent.
     pub bias_aliases: Option<(&'static str, &'static str)>,
+    /// Hugging Face checkpoints rotate interleaved pairs (2i, 2i+1) already (GLM-4, ERNIE 4.5),
+    /// so the loader keeps their q/k rows as they are.
+    pub hf_rope_pairs: bool,
+    /// Sliding-window models: the full-attention layers attend without rope (EXAONE 4).
+    pub nope_full: bool,
+    /// The FFN is gated (act(gate) * up); else act(up) (Arcee's ReLU²).
+    pub gated: bool,
+    /// config.json defaults of the family's config class beyond the common ones.
+    pub defaults: &'static [(&'static str, ConfigDefault)],
 }
 
 /// The plain Llama row the others start from.
@@ -109,8 +177,8 @@ pub const LLAMA: Family = Family {
     mlc: Some(&[]),
     gguf_rope_pairs: true,
     gemma: false,
-    post_norms: false,
-    qk_norm: false,
+    norms: PRE_NORMS,
+    qk_norm: QkNorm::None,
     qkv_bias: Bias::IfAttentionBias,
     o_bias: Bias::IfAttentionBias,
     mlp_bias: true,
@@ -131,6 +199,10 @@ pub const LLAMA: Family = Family {
     multipliers: false,
     head_dim: None,
     bias_aliases: None,
+    hf_rope_pairs: false,
+    nope_full: false,
+    gated: true,
+    defaults: &[],
 };
 
 /// What config.json of an unknown model_type reads as (`ModelConfig::from_hf` then refuses it).
@@ -155,7 +227,7 @@ const QWEN3: Family = Family {
     hf: &["qwen3"],
     mlc: Some(MLC_QWEN),
     gguf_rope_pairs: false,
-    qk_norm: true,
+    qk_norm: QkNorm::Head,
     mlp_bias: false,
     sliding: Sliding::FromLayer,
     ..LLAMA
@@ -178,8 +250,8 @@ const GEMMA3: Family = Family {
     gguf: &["gemma3"],
     hf: &["gemma3", "gemma3_text"],
     mlc: None,
-    post_norms: true,
-    qk_norm: true,
+    norms: SANDWICH_NORMS,
+    qk_norm: QkNorm::Head,
     sliding: Sliding::EveryKey(6),
     local_rope: true,
     query_pre_attn_scalar: Some(256.0),
@@ -203,7 +275,7 @@ pub const FAMILIES: &[Family] = &[
         name: "qwen2",
         gguf: &["qwen2"],
         hf: &["qwen2"],
-        qk_norm: false,
+        qk_norm: QkNorm::None,
         qkv_bias: Bias::Always,
         o_bias: Bias::Never,
         ..QWEN3
@@ -241,7 +313,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gemma2",
         gguf: &["gemma2"],
         hf: &["gemma2"],
-        post_norms: true,
+        norms: SANDWICH_NORMS,
         sliding: Sliding::Every(2),
         query_pre_attn_scalar: Some(256.0),
         softcaps: (Some(50.0), Some(30.0)),
@@ -333,7 +405,7 @@ pub fn mlc_names() -> String {
 
 /// A tensor's name in GGUF files (llama.cpp) and in Hugging Face checkpoints (transformers),
 /// per layer (after `blk.{i}.` / `model.layers.{i}.`) or global (after `model.` for HF).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Tensor {
     pub gguf: &'static str,
     pub hf: &'static str,

@@ -11,7 +11,8 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::weights::{LayerWeights, ModelWeights};
+use crate::model::family::QkNorm;
+use crate::model::weights::{GpuMatrix, LayerWeights, ModelWeights};
 use crate::model::ModelConfig;
 use crate::ops::attention::{self, Heads};
 use crate::ops::deltanet::{self, DeltaNet};
@@ -320,7 +321,7 @@ impl<'a> Model<'a> {
     }
 
     fn act(&self) -> Act {
-        Act { gelu: self.cfg.gelu, relu2: self.cfg.relu2 }
+        Act { gelu: self.cfg.gelu, relu2: self.cfg.relu2, ungated: !self.cfg.gated }
     }
 
     /// A decode matvec with the model's activation.
@@ -413,17 +414,51 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// Where the token mixer and the FFN leave their output: added to the residual, or (Gemma)
-    /// stored for a post-norm that adds it.
-    fn residual(&self) -> (&'a wgpu::Buffer, Epilogue) {
-        if self.cfg.post_norms {
-            (&self.bf.tmp, Epilogue::Store)
-        } else {
-            (&self.bf.x, Epilogue::Add)
+    /// Where the token mixer or the FFN leaves its output: added to the residual, or stored for
+    /// its post-norm (at `post`) that adds it.
+    fn residual(&self, post: Option<usize>) -> (&'a wgpu::Buffer, Epilogue) {
+        match post {
+            Some(_) => (&self.bf.tmp, Epilogue::Store),
+            None => (&self.bf.x, Epilogue::Add),
         }
     }
 
-    /// Gemma's post-norm of a projection's output, added to the residual.
+    /// The norm of a token mixer's input (None: it reads x as it is).
+    fn attn_norm(&self) -> Option<Norm> {
+        self.w.offsets.attn_norm.map(|at| self.norm(at))
+    }
+
+    /// Prefill: the input of a layer's first matmul, `w`: the rows of x normalised by the norm
+    /// at `at` (written as `w`'s kernel reads them) into xn, or x itself where the layer has no
+    /// such norm. Returns the input and whether it is matmul-ready.
+    fn prefill_input(
+        &self,
+        r: &mut Recorder,
+        lw: &'a LayerWeights,
+        at: Option<usize>,
+        w: &GpuMatrix,
+    ) -> (&'a wgpu::Buffer, bool) {
+        let bf = self.bf;
+        let Some(at) = at else { return (&bf.x, false) };
+        let ready = self.ready_for(r, w);
+        elementwise::rmsnorm(
+            r,
+            NormRows { ready, ..self.norm_rows("norm", (&bf.x, &lw.vecs, at, &bf.xn), self.cfg.hidden) },
+        );
+        (&bf.xn, ready.is_some())
+    }
+
+    /// OLMo 2's norms of q and of k over their whole projections, in place in [q; k; v].
+    fn qk_norm_whole(&self, r: &mut Recorder, lw: &LayerWeights) {
+        let (c, off) = (self.cfg, self.w.offsets);
+        if let (QkNorm::Whole, Some(qn), Some(kn)) = (c.qk_norm, off.q_norm, off.k_norm) {
+            let stride = c.attn_rows();
+            elementwise::rmsnorm_in_place(r, &self.bf.qkv, &lw.vecs, self.norm(qn), (0, c.q_dim(), stride));
+            elementwise::rmsnorm_in_place(r, &self.bf.qkv, &lw.vecs, self.norm(kn), (c.q_dim(), c.kv_dim(), stride));
+        }
+    }
+
+    /// A post-norm of a projection's output, added to the residual.
     fn post_norm(&self, r: &mut Recorder, lw: &LayerWeights, at: Option<usize>) {
         if let Some(at) = at {
             let rows = self.norm_rows("norm", (&self.bf.tmp, &lw.vecs, at, &self.bf.x), self.cfg.hidden);
@@ -452,7 +487,9 @@ impl<'a> Model<'a> {
     /// output is added to x as it is.
     fn ffn_split(&self, r: &Recorder, i: usize) -> Option<usize> {
         let (cfg, off, lw) = (self.cfg, self.w.offsets, &self.w.layers[i]);
-        let plain = !cfg.post_norms
+        let plain = off.post_ffn_norm.is_none()
+            && off.ffn_norm.is_some()
+            && cfg.gated
             && off.ffn_sub_norm.is_none()
             && off.gate_up_bias.is_none()
             && off.down_bias.is_none()
@@ -465,7 +502,7 @@ impl<'a> Model<'a> {
     /// inside the output projection (caches of up to `short_max` positions) or on its own.
     fn decode_layer(&self, r: &mut Recorder, i: usize, fused: bool, short_max: u32) {
         let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
-        let (out, epilogue) = self.residual();
+        let (out, epilogue) = self.residual(off.post_attn_norm);
         let scale = cfg.residual_scale;
         let h = self.heads(i);
         // The previous layer's split FFN left its output as partials after x: this layer's
@@ -476,15 +513,15 @@ impl<'a> Model<'a> {
         };
         let (x_parts, y_parts) = (parts, parts);
         if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
-            let norm = Some(self.norm(off.attn_norm));
+            let norm = self.attn_norm();
             matvec::matvec(r, MatVec { norm, x_parts, ..self.mv("in proj", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
             deltanet::mix(r, l, self.deltanet(i, lw), false);
             matvec::matvec(r, MatVec { epilogue, y_parts, scale, ..self.mv("o", &lw.wo, &bf.attn, out, &lw.vecs) });
         } else {
             // The fused q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
             // needs the whole head first, so those models take the matvec + rope_kv route.
-            if !cfg.qk_norm && !cfg.attn_gate {
-                let (norm, x_tile) = (self.norm(off.attn_norm), None);
+            if cfg.qk_norm == QkNorm::None && !cfg.attn_gate {
+                let (norm, x_tile) = (self.attn_norm(), None);
                 let (q_dim, kv_dim, head_dim, rot, cap) =
                     (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.rope_dim, h.cap);
                 let (w, x, qkv, vecs, kv, rope, bias) =
@@ -510,8 +547,9 @@ impl<'a> Model<'a> {
                     },
                 );
             } else {
-                let (norm, bias) = (Some(self.norm(off.attn_norm)), off.qkv_bias);
+                let (norm, bias) = (self.attn_norm(), off.qkv_bias);
                 matvec::matvec(r, MatVec { norm, bias, x_parts, ..self.mv("qkv", &lw.wqkv, &bf.x, &bf.qkv, &lw.vecs) });
+                self.qk_norm_whole(r, lw);
                 self.rope_kv(r, i, h);
             }
             let (qkv, kv, part, done) = (&bf.qkv, &bf.kv[i], &bf.part, &bf.done);
@@ -537,14 +575,15 @@ impl<'a> Model<'a> {
             r.filter.when = When::Always;
         }
         self.post_norm(r, lw, off.post_attn_norm);
-        if let Some(units) = self.ffn_split(r, i) {
+        let (out, epilogue) = self.residual(off.post_ffn_norm);
+        if let (Some(units), Some(at)) = (self.ffn_split(r, i), off.ffn_norm) {
             let (gate_up, down, x, vecs, norm, act) =
-                (&lw.w_gate_up, &lw.w_down, &bf.x, &lw.vecs, self.norm(off.ffn_norm), self.act());
+                (&lw.w_gate_up, &lw.w_down, &bf.x, &lw.vecs, self.norm(at), self.act());
             matvec::ffn_split(r, matvec::FfnSplit { gate_up, down, x, vecs, norm, act, units });
             return;
         }
-        let (norm, bias) = (Some(self.norm(off.ffn_norm)), off.gate_up_bias);
-        let glu = Epilogue::Glu;
+        let (norm, bias) = (off.ffn_norm.map(|at| self.norm(at)), off.gate_up_bias);
+        let glu = if cfg.gated { Epilogue::Glu } else { Epilogue::Act };
         matvec::matvec(
             r,
             MatVec { norm, bias, epilogue: glu, ..self.mv("gate+up+glu", &lw.w_gate_up, &bf.x, &bf.h, &lw.vecs) },
@@ -558,23 +597,19 @@ impl<'a> Model<'a> {
     /// the cache, matmul with the residual, norm, matmul, GLU, matmul with the residual.
     fn prefill_layer(&self, r: &mut Recorder, i: usize) {
         let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
-        let (out, epilogue) = self.residual();
+        let (out, epilogue) = self.residual(off.post_attn_norm);
         let scale = cfg.residual_scale;
         let accumulate = epilogue == Epilogue::Add;
-        let ready = self.ready_for(r, &lw.wqkv);
-        elementwise::rmsnorm(
-            r,
-            NormRows { ready, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.attn_norm, &bf.xn), cfg.hidden) },
-        );
-        let a_ready = ready.is_some();
+        let (xin, a_ready) = self.prefill_input(r, lw, off.attn_norm, &lw.wqkv);
         if let Some(l) = cfg.linear.filter(|_| cfg.layer_linear[i]) {
-            matmul::matmul(r, MatMul { a_ready, ..self.mm("in proj", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
+            matmul::matmul(r, MatMul { a_ready, ..self.mm("in proj", &lw.wqkv, xin, &bf.qkv, &lw.vecs) });
             deltanet::mix(r, l, self.deltanet(i, lw), true);
             matmul::matmul(r, MatMul { accumulate, scale, ..self.mm("o", &lw.wo, &bf.attn, out, &lw.vecs) });
         } else {
             let bias = off.qkv_bias;
-            matmul::matmul(r, MatMul { bias, a_ready, ..self.mm("qkv", &lw.wqkv, &bf.xn, &bf.qkv, &lw.vecs) });
+            matmul::matmul(r, MatMul { bias, a_ready, ..self.mm("qkv", &lw.wqkv, xin, &bf.qkv, &lw.vecs) });
             let h = self.heads(i);
+            self.qk_norm_whole(r, lw);
             self.rope_kv(r, i, h);
             // Attention writes the output projection's 8-bit input itself, unless a gate or a
             // sub-norm comes between.
@@ -601,17 +636,16 @@ impl<'a> Model<'a> {
             matmul::matmul(r, MatMul { bias, accumulate, a_ready, scale, ..self.mm("o", &lw.wo, o_in, out, &lw.vecs) });
         }
         self.post_norm(r, lw, off.post_attn_norm);
-        let ready = self.ready_for(r, &lw.w_gate_up);
-        elementwise::rmsnorm(
-            r,
-            NormRows { ready, ..self.norm_rows("norm", (&bf.x, &lw.vecs, off.ffn_norm, &bf.xn), cfg.hidden) },
-        );
-        let (bias, a_ready) = (off.gate_up_bias, ready.is_some());
-        let gate_up = MatMul { bias, a_ready, ..self.mm("gate+up", &lw.w_gate_up, &bf.xn, &bf.gu, &lw.vecs) };
+        let (out, epilogue) = self.residual(off.post_ffn_norm);
+        let accumulate = epilogue == Epilogue::Add;
+        let (xin, a_ready) = self.prefill_input(r, lw, off.ffn_norm, &lw.w_gate_up);
+        let bias = off.gate_up_bias;
+        let gate_up = MatMul { bias, a_ready, ..self.mm("gate+up", &lw.w_gate_up, xin, &bf.gu, &lw.vecs) };
         // The GLU writes the down projection's input as its kernel reads it, unless a sub-norm
         // comes between; where the 8-bit kernel takes both matrices, inside the gate+up matmul.
         let ready = self.ready_for(r, &lw.w_down).filter(|_| off.ffn_sub_norm.is_none());
         let fused = matches!(ready, Some(Ready::I8(..)))
+            && cfg.gated
             && matmul::tile_for(r, &lw.w_gate_up) == matmul::Tile::I8
             && cfg.ffn.is_multiple_of(32);
         if fused {
@@ -637,9 +671,11 @@ impl<'a> Model<'a> {
 
     fn rope_kv(&self, r: &mut Recorder, i: usize, h: Heads) {
         let (cfg, bf, off, lw) = (self.cfg, self.bf, self.w.offsets, &self.w.layers[i]);
-        let qk_norm = cfg.qk_norm.then(|| (off.q_norm.unwrap_or(0), off.k_norm.unwrap_or(0), self.norm(0)));
+        let qk_norm = matches!(cfg.qk_norm, QkNorm::Head | QkNorm::HeadAfterRope)
+            .then(|| (off.q_norm.unwrap_or(0), off.k_norm.unwrap_or(0), self.norm(0)));
+        let after = cfg.qk_norm == QkNorm::HeadAfterRope;
         let (qkv, kv, vecs, rope, rot) = (&bf.qkv, &bf.kv[i], &lw.vecs, self.rope(i), cfg.rope_dim);
-        attention::rope_kv(r, h, attention::RopeKv { qkv, kv, vecs, rope, rot, qk_norm });
+        attention::rope_kv(r, h, attention::RopeKv { qkv, kv, vecs, rope, rot, qk_norm, after });
     }
 
     /// Qwen3.5's full-attention output gate (nothing for other models).

@@ -347,7 +347,7 @@ impl HfConfig {
             qkv_bias: fam.qkv_bias == Bias::Always || (attention_bias && fam.qkv_bias == Bias::IfAttentionBias),
             o_bias: attention_bias && fam.o_bias == Bias::IfAttentionBias,
             mlp_bias: fam.mlp_bias && mlp_bias,
-            qk_norm: fam.qk_norm,
+            qk_norm: fam.qk_norm.on(),
             fused_qkv_gate_up: fam.fused,
             rope,
             rope_local,

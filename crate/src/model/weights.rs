@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::family::{tensor, Tensor};
+use crate::model::family::{tensor, QkNorm, Tensor};
 use crate::model::load::{MatrixInfo, Rows, TensorSource};
 use crate::model::streamed::StreamedMatrix;
 use crate::model::ModelConfig;
@@ -124,14 +124,15 @@ pub(crate) fn check_binding(gpu: &Gpu, name: &str, bytes: u64) -> Result<()> {
 /// Where each small vector sits in a layer's `vecs` buffer (the same for every layer).
 #[derive(Clone, Copy, Debug)]
 pub struct VecOffsets {
-    pub attn_norm: usize,
-    pub ffn_norm: usize,
+    /// The norms before the token mixer and the FFN, where the layer has them.
+    pub attn_norm: Option<usize>,
+    pub ffn_norm: Option<usize>,
     /// Bias of the fused [q; k; v] rows, if the model has one.
     pub qkv_bias: Option<usize>,
-    /// Per-head q and k norm weights (head_dim each).
+    /// q and k norm weights (head_dim each, or q_dim and kv_dim over the whole projections).
     pub q_norm: Option<usize>,
     pub k_norm: Option<usize>,
-    /// Gemma's norms after attention and after the FFN.
+    /// The norms of the token mixer's and the FFN's outputs.
     pub post_attn_norm: Option<usize>,
     pub post_ffn_norm: Option<usize>,
     /// Biases of the output projection, the fused [gate; up] rows and the down projection.
@@ -153,20 +154,27 @@ pub struct VecOffsets {
 impl VecOffsets {
     pub fn new(cfg: &ModelConfig) -> VecOffsets {
         let h = cfg.hidden;
-        let mut at = 2 * h;
+        let mut at = 0;
         let mut next = |on: bool, n: usize| {
             on.then(|| {
                 at += n;
                 at - n
             })
         };
+        let n = cfg.norms;
+        let attn_norm = next(n.attn.is_some(), h);
+        let ffn_norm = next(n.ffn.is_some(), h);
         let qkv_bias = next(cfg.qkv_bias, cfg.q_dim() + 2 * cfg.kv_dim());
-        let q_norm = next(cfg.qk_norm, cfg.head_dim);
-        let k_norm = next(cfg.qk_norm, cfg.head_dim);
-        let post_attn_norm = next(cfg.post_norms, h);
-        let post_ffn_norm = next(cfg.post_norms, h);
+        let (qn, kn) = match cfg.qk_norm {
+            QkNorm::Whole => (cfg.q_dim(), cfg.kv_dim()),
+            _ => (cfg.head_dim, cfg.head_dim),
+        };
+        let q_norm = next(cfg.qk_norm.on(), qn);
+        let k_norm = next(cfg.qk_norm.on(), kn);
+        let post_attn_norm = next(n.post_attn.is_some(), h);
+        let post_ffn_norm = next(n.post_ffn.is_some(), h);
         let o_bias = next(cfg.o_bias, h);
-        let gate_up_bias = next(cfg.mlp_bias, 2 * cfg.ffn);
+        let gate_up_bias = next(cfg.mlp_bias, cfg.ffn_rows());
         let down_bias = next(cfg.mlp_bias, h);
         let attn_sub_norm = next(cfg.sub_norms, cfg.q_dim());
         let ffn_sub_norm = next(cfg.sub_norms, cfg.ffn);
@@ -182,8 +190,8 @@ impl VecOffsets {
             dt_bias,
             a_neg,
             gnorm,
-            attn_norm: 0,
-            ffn_norm: h,
+            attn_norm,
+            ffn_norm,
             qkv_bias,
             q_norm,
             k_norm,
@@ -199,8 +207,8 @@ impl VecOffsets {
 
 /// One layer's tensors as read from a file, before fusing and upload.
 pub struct LayerParts {
-    pub attn_norm: Vec<f32>,
-    pub ffn_norm: Vec<f32>,
+    pub attn_norm: Option<Vec<f32>>,
+    pub ffn_norm: Option<Vec<f32>>,
     /// [q; k; v] rows, fused already (Phi-3) or as three matrices.
     pub qkv: Vec<Packed>,
     pub qkv_bias: Option<Vec<f32>>,
@@ -288,11 +296,12 @@ pub(crate) struct LayerSpec {
     pub q_norm: Option<String>,
     pub k_norm: Option<String>,
     pub o: String,
-    /// [gate; up] parts (or the fused gate_up) as (name, rows); columns: hidden.
+    /// [gate; up] parts (or the fused gate_up; up alone in an ungated FFN) as (name, rows);
+    /// columns: hidden.
     pub gate_up: Vec<(String, usize)>,
     pub down: String,
-    pub attn_norm: String,
-    pub ffn_norm: String,
+    pub attn_norm: Option<String>,
+    pub ffn_norm: Option<String>,
     pub post_attn_norm: Option<String>,
     pub post_ffn_norm: Option<String>,
     /// Output projection bias (length hidden).
@@ -343,19 +352,19 @@ impl LayerSpec {
         } else {
             vec![]
         };
-        let gate_up = if has(&n(t::GATE_UP)) && !has(&n(t::GATE)) {
+        let gate_up = if !cfg.gated {
+            vec![(n(t::UP), f)]
+        } else if has(&n(t::GATE_UP)) && !has(&n(t::GATE)) {
             vec![(n(t::GATE_UP), 2 * f)]
         } else {
             vec![(n(t::GATE), f), (n(t::UP), f)]
         };
-        // Families with post-norms have a pre-FFN norm besides; Qwen3.5 GGUF files name the
-        // pre-FFN norm post_attention_norm (after transformers' post_attention_layernorm).
-        let (ffn_norm, post_attn_norm, post_ffn_norm) = if cfg.post_norms {
-            (n(t::PRE_FFN_NORM), Some(n(t::POST_ATTN_NORM)), Some(n(t::POST_FFN_NORM)))
-        } else if has(&n(t::FFN_NORM)) {
-            (n(t::FFN_NORM), None, None)
-        } else {
-            (n(t::POST_ATTN_NORM), None, None)
+        let norms = cfg.norms;
+        // Qwen3.5 GGUF files name the pre-FFN norm post_attention_norm (after transformers'
+        // post_attention_layernorm).
+        let ffn_norm = match norms.ffn {
+            Some(t::FFN_NORM) if norms.post_attn.is_none() && !has(&n(t::FFN_NORM)) => Some(t::POST_ATTN_NORM),
+            other => other,
         };
         LayerSpec {
             o_cols: lin.map_or(qd, |l| l.v_total()),
@@ -363,19 +372,23 @@ impl LayerSpec {
             a_log: matches!(names, Names::Hf(_)),
             sub_norms: cfg.sub_norms.then(|| [n(t::ATTN_SUB_NORM), n(t::FFN_SUB_NORM)]),
             o_bias: (cfg.o_bias && attn).then(|| n(t::O_BIAS)),
-            gate_up_bias: if cfg.mlp_bias { vec![n(t::GATE_BIAS), n(t::UP_BIAS)] } else { vec![] },
+            gate_up_bias: match (cfg.mlp_bias, cfg.gated) {
+                (true, true) => vec![n(t::GATE_BIAS), n(t::UP_BIAS)],
+                (true, false) => vec![n(t::UP_BIAS)],
+                (false, _) => vec![],
+            },
             down_bias: cfg.mlp_bias.then(|| n(t::DOWN_BIAS)),
             qkv,
             qkv_bias,
-            q_norm: (cfg.qk_norm && attn).then(|| n(t::Q_NORM)),
-            k_norm: (cfg.qk_norm && attn).then(|| n(t::K_NORM)),
+            q_norm: (cfg.qk_norm.on() && attn).then(|| n(t::Q_NORM)),
+            k_norm: (cfg.qk_norm.on() && attn).then(|| n(t::K_NORM)),
             o: if attn { n(t::O) } else { n(t::LIN_OUT) },
             gate_up,
             down: n(t::DOWN),
-            attn_norm: n(t::ATTN_NORM),
-            ffn_norm,
-            post_attn_norm,
-            post_ffn_norm,
+            attn_norm: norms.attn.map(n),
+            ffn_norm: ffn_norm.map(n),
+            post_attn_norm: norms.post_attn.map(n),
+            post_ffn_norm: norms.post_ffn.map(n),
             ffn,
         }
     }
@@ -414,13 +427,15 @@ impl LayerSpec {
         for n in &self.gate_up_bias {
             jobs.push((n.clone(), Shape::Vector(fh)));
         }
-        for n in
-            [Some(&self.attn_norm), Some(&self.ffn_norm), self.post_attn_norm.as_ref(), self.post_ffn_norm.as_ref()]
-        {
-            jobs.extend(n.map(|n| (n.clone(), Shape::Vector(h))));
+        for n in [&self.attn_norm, &self.ffn_norm, &self.post_attn_norm, &self.post_ffn_norm] {
+            jobs.extend(n.as_ref().map(|n| (n.clone(), Shape::Vector(h))));
         }
-        for n in [self.q_norm.as_ref(), self.k_norm.as_ref()] {
-            jobs.extend(n.map(|n| (n.clone(), Shape::Vector(cfg.head_dim))));
+        let (qn, kn) = match cfg.qk_norm {
+            QkNorm::Whole => (cfg.q_dim(), cfg.kv_dim()),
+            _ => (cfg.head_dim, cfg.head_dim),
+        };
+        for (n, len) in [(self.q_norm.as_ref(), qn), (self.k_norm.as_ref(), kn)] {
+            jobs.extend(n.map(|n| (n.clone(), Shape::Vector(len))));
         }
         jobs
     }
@@ -455,8 +470,8 @@ impl LayerSpec {
                     .collect()
             }),
             down_bias: self.down_bias.as_deref().map(&mut vec),
-            attn_norm: vec(&self.attn_norm),
-            ffn_norm: vec(&self.ffn_norm),
+            attn_norm: self.attn_norm.as_deref().map(&mut vec),
+            ffn_norm: self.ffn_norm.as_deref().map(&mut vec),
             qkv: self.qkv.iter().map(|(n, _)| mat(n)).collect(),
             qkv_bias: (!self.qkv_bias.is_empty()).then(|| self.qkv_bias.iter().flat_map(|(n, _)| vec(n)).collect()),
             q_norm: self.q_norm.as_deref().map(&mut vec),
@@ -513,8 +528,12 @@ impl LayerParts {
                 q.iter().copied().chain(k.iter().map(|r| qd + r)).chain(qd + kvd..qkv.rows).collect();
             qkv = permute_rows(&qkv, &perm);
             bias = bias.map(|b| permute_vec(&b, &perm));
-            q_norm = q_norm.map(|v| permute_vec(&v, &head));
-            k_norm = k_norm.map(|v| permute_vec(&v, &head));
+            let (qp, kp) = match cfg.qk_norm {
+                QkNorm::Whole => (&q, &k),
+                _ => (&head, &head),
+            };
+            q_norm = q_norm.map(|v| permute_vec(&v, qp));
+            k_norm = k_norm.map(|v| permute_vec(&v, kp));
         }
         let off = VecOffsets::new(cfg);
         let mut vecs = vec![0f32; off.len];
@@ -533,8 +552,8 @@ impl LayerParts {
                 (None, Some(_)) => Ok(()),
             }
         };
-        put(Some(off.attn_norm), Some(self.attn_norm), "attention norm")?;
-        put(Some(off.ffn_norm), Some(self.ffn_norm), "FFN norm")?;
+        put(off.attn_norm, self.attn_norm, "attention norm")?;
+        put(off.ffn_norm, self.ffn_norm, "FFN norm")?;
         put(off.qkv_bias, bias, "q/k/v bias")?;
         // Gated DeltaNet layers have no q/k norms; attention layers no DeltaNet tensors.
         if !linear {
@@ -556,11 +575,11 @@ impl LayerParts {
             put(off.gnorm, Some(l.norm), "gated norm")?;
         }
         let gate_up = concat_rows(&self.gate_up)?;
-        if gate_up.rows != 2 * cfg.ffn {
+        if gate_up.rows != cfg.ffn_rows() {
             return Err(Error::Model(format!(
                 "{name}: fused gate/up has {} rows, expected {}",
                 gate_up.rows,
-                2 * cfg.ffn
+                cfg.ffn_rows()
             )));
         }
         Ok(LayerWeights {

@@ -238,6 +238,8 @@ pub struct RopeKv<'a> {
     pub rope: &'a wgpu::Buffer,
     pub rot: usize,
     pub qk_norm: Option<(usize, usize, Norm)>,
+    /// The norms apply to the rotated q and k (HunYuan).
+    pub after: bool,
 }
 
 pub fn rope_kv(r: &mut Recorder, h: Heads, o: RopeKv) {
@@ -255,6 +257,7 @@ pub fn rope_kv(r: &mut Recorder, h: Heads, o: RopeKv) {
         ("NW_OFFSET", norm.offset as f64),
         ("QSTRIDE", h.q_stride as f64),
         ("FLAT", flag(o.qk_norm.is_none())),
+        ("QK_NORM_AFTER", flag(o.after)),
     ];
     let heads = (h.heads + 2 * h.kv_heads) as u32;
     let grid = Grid::PerToken(if o.qk_norm.is_some() { heads } else { (heads * h.head_dim as u32 / 2).div_ceil(128) });

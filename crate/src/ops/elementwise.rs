@@ -42,6 +42,29 @@ pub struct NormRows<'a> {
     pub ready: Option<Ready<'a>>,
 }
 
+/// Normalises, in place, `width` values from column `col0` of every token's row of `stride`
+/// values (OLMo 2's q and k norms over the whole projection, inside [q; k; v]).
+pub fn rmsnorm_in_place(
+    r: &mut Recorder,
+    y: &wgpu::Buffer,
+    vecs: &wgpu::Buffer,
+    norm: Norm,
+    (col0, width, stride): (usize, usize, usize),
+) {
+    let consts = [
+        ("H", width as f64),
+        ("EPS", norm.eps as f64),
+        ("NW_OFF", norm.at as f64),
+        ("NW_OFFSET", norm.offset as f64),
+        ("STRIDE", stride as f64),
+        ("COL0", col0 as f64),
+        ("IN_PLACE", 1.0),
+    ];
+    // x is not read: the (read-only) vecs stand in for it.
+    let [u3, u6] = r.unused.clone();
+    r.push("qk norm", Kernel::RmsNorm, &consts, &[(0, vecs), (1, vecs), (2, y), (3, &u3), (6, &u6)], Grid::Tokens);
+}
+
 pub fn rmsnorm(r: &mut Recorder, n: NormRows) {
     let consts = [
         ("H", n.width as f64),

@@ -20,18 +20,22 @@ pub enum Epilogue {
     Add = 1,
     /// y = act(gate) * up over rows [gate; up] (half as many outputs as rows).
     Glu = 2,
+    /// y = act(W·x + bias): an FFN without a gate.
+    Act = 3,
 }
 
-/// The GLU's activation.
+/// The FFN's activation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Act {
     pub gelu: bool,
     pub relu2: bool,
+    /// act(up) alone, no gate (the prefill GLU pass; decode takes `Epilogue::Act`).
+    pub ungated: bool,
 }
 
 impl Act {
-    pub(crate) fn consts(self) -> [(&'static str, f64); 2] {
-        [("GELU", flag(self.gelu)), ("RELU2", flag(self.relu2))]
+    pub(crate) fn consts(self) -> [(&'static str, f64); 3] {
+        [("GELU", flag(self.gelu)), ("RELU2", flag(self.relu2)), ("UNGATED", flag(self.ungated))]
     }
 }
 
@@ -162,7 +166,7 @@ pub struct QkvRope<'a> {
     pub vecs: &'a wgpu::Buffer,
     pub kv: &'a wgpu::Buffer,
     pub rope: &'a wgpu::Buffer,
-    pub norm: Norm,
+    pub norm: Option<Norm>,
     pub bias: Option<usize>,
     pub q_dim: usize,
     pub kv_dim: usize,
@@ -178,7 +182,7 @@ pub struct QkvRope<'a> {
 
 pub fn qkv_rope(r: &mut Recorder, q: QkvRope) {
     let rows = q.q_dim + 2 * q.kv_dim;
-    let (w, norm, bias, x_parts, x_tile) = (q.w, Some(q.norm), q.bias, q.x_parts, q.x_tile);
+    let (w, norm, bias, x_parts, x_tile) = (q.w, q.norm, q.bias, q.x_parts, q.x_tile);
     let rd = RowDot { w, norm, bias, merge: None, x_parts, shape: None, x_tile, own_bytes: 0 };
     let (mut consts, wg, slices) = rd.consts(r, rows.div_ceil(4));
     consts.extend([
