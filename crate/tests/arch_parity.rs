@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Tiny random-weight folders of each family (tests/scripts/make_arch_fixtures.py); smollm3-swa
 /// is SmolLM3 with `use_sliding_window`.
-const FAMILIES: [&str; 14] = [
+const FAMILIES: [&str; 21] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -28,6 +28,13 @@ const FAMILIES: [&str; 14] = [
     "granite",
     "ministral",
     "internlm3",
+    "olmo2",
+    "exaone4",
+    "glm4",
+    "ernie4_5",
+    "seed_oss",
+    "hunyuan_v1_dense",
+    "arcee",
 ];
 
 fn dir(name: &str) -> PathBuf {

@@ -46,7 +46,8 @@ import shutil
 import numpy as np
 import torch
 import transformers
-from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
+from transformers import (AutoModelForCausalLM, ArceeConfig, Ernie4_5Config, Exaone4Config, Glm4Config,
+                          HunYuanDenseV1Config, Olmo2Config, SeedOssConfig, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
                           GraniteConfig, InternLM3Config, MinistralConfig, Phi3Config, Qwen2Config, Qwen3Config,
                           SmolLM3Config)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -98,6 +99,27 @@ FAMILIES = {
     "granite": (GraniteConfig, dict(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.15,
                                     logits_scaling=2.5, attention_bias=True, tie_word_embeddings=False,
                                     rope_parameters=dict(rope_type="default", rope_theta=1e4))),
+    # Output norms and whole-projection q/k norms, with OLMo 2's optional biases on.
+    "olmo2": (Olmo2Config, dict(attention_bias=True, tie_word_embeddings=False,
+                                rope_parameters=dict(rope_type="default", rope_theta=5e5))),
+    # Three sliding layers with rope, then a full one without (sliding_window_pattern 4).
+    "exaone4": (Exaone4Config, dict(num_hidden_layers=4, head_dim=16, sliding_window=8, sliding_window_pattern=4,
+                                    rope_parameters=dict(rope_type="default", rope_theta=1e6))),
+    # Half of each head rotated in interleaved pairs, four norms a layer, q/k/v biases.
+    "glm4": (Glm4Config, dict(head_dim=16, attention_bias=True, partial_rotary_factor=0.5,
+                              rope_parameters=dict(rope_type="default", rope_theta=1e4, partial_rotary_factor=0.5))),
+    # Interleaved pairs over the whole head, every bias on (use_bias), tied embeddings.
+    "ernie4_5": (Ernie4_5Config, dict(head_dim=16, use_bias=True, tie_word_embeddings=True,
+                                      rope_parameters=dict(rope_type="default", rope_theta=5e5))),
+    # q/k/v, output and MLP biases under their three keys.
+    "seed_oss": (SeedOssConfig, dict(head_dim=16, attention_bias=True, attention_out_bias=True, mlp_bias=True,
+                                     rope_parameters=dict(rope_type="default", rope_theta=1e7))),
+    # q/k norms after rope; NTK-alpha rope (HunYuan's "dynamic" with alpha).
+    "hunyuan_v1_dense": (HunYuanDenseV1Config, dict(head_dim=16, tie_word_embeddings=False,
+                                                    rope_parameters=dict(rope_type="dynamic", rope_theta=1e4,
+                                                                         alpha=1000.0, factor=1.0))),
+    # relu(up)^2 without a gate, MLP biases on.
+    "arcee": (ArceeConfig, dict(head_dim=16, mlp_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e4))),
     # The same with use_sliding_window (off in the released configs): the NoPE layer slides.
     "smollm3-swa": (SmolLM3Config, dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=False,
                                         use_sliding_window=True, sliding_window=8,
@@ -227,6 +249,10 @@ def rope_transformers(cfg, layer_type, seq_len):
 
 def rope_cases(cfg, name, config_json, seq_lens=(None,)):
     out = []
+    if (cfg.rope_parameters or {}).get("alpha"):
+        # HunYuan's own NTK-alpha init, which ROPE_INIT_FUNCTIONS does not have: checked through
+        # the model's logits only.
+        return out
     kinds = ["full_attention", "sliding_attention"] if "full_attention" in (cfg.rope_parameters or {}) else [None]
     for lt in kinds:
         for s in seq_lens:

@@ -254,6 +254,8 @@ impl ModelConfig {
                 g.name
             )));
         }
+        let window = count(g, &k("attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0);
+        let layer_sliding = gguf_sliding_layers(g, &arch, fam, n_layers)?;
         let cfg = ModelConfig {
             arch: arch.clone(),
             n_layers,
@@ -291,9 +293,8 @@ impl ModelConfig {
                 true => 1.0 / real(g, &k("logit_scale"), bounds::positive)?.unwrap_or(1.0) as f32,
                 false => 1.0,
             },
-            gelu: gemma,
-            // BitNet b1.58 files: ReLU² comes with the sub-norms.
-            relu2: fam.sub_norms,
+            gelu: fam.act.starts_with("gelu"),
+            relu2: fam.act == "relu2",
             sub_norms: fam.sub_norms,
             attn_scale: match fam.multipliers {
                 true => real(g, &k("attention.scale"), bounds::positive)?.unwrap_or(1.0 / (head_dim as f64).sqrt()),
@@ -306,13 +307,17 @@ impl ModelConfig {
             gated: fam.gated,
             // A bidirectional file keeps the configured window W, which transformers applies as
             // |i - j| < W / 2 + 1 (as from_hf does).
-            sliding_window: match (count(g, &k("attention.sliding_window"), bounds::WINDOW)?.unwrap_or(0), causal) {
+            sliding_window: match (window, causal) {
                 (w, false) if w > 0 => w / 2 + 1,
                 (w, _) => w,
             },
-            layer_sliding: gguf_sliding_layers(g, &arch, fam, n_layers)?,
-            // llama.cpp takes the NoPE step from the architecture, never from a key.
-            layer_nope: (0..n_layers).map(|i| fam.nope_every > 0 && (i + 1) % fam.nope_every == 0).collect(),
+            layer_sliding: layer_sliding.clone(),
+            // llama.cpp takes the NoPE step from the architecture, never from a key; EXAONE 4
+            // rotates only the sliding layers of a file with a window.
+            layer_nope: match fam.nope_full && window > 0 {
+                true => layer_sliding.iter().map(|s| !s).collect(),
+                false => (0..n_layers).map(|i| fam.nope_every > 0 && (i + 1) % fam.nope_every == 0).collect(),
+            },
             rope_linear_scale,
             // Biases are where the file has them (llama.cpp writes whichever the model had).
             qkv_bias: fam.qkv_bias == Bias::Always || g.tensor("blk.0.attn_q.bias").is_some(),

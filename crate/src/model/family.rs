@@ -13,6 +13,8 @@ pub enum Bias {
     Always,
     /// When config.json's `attention_bias` says so (GGUF: when the file has the tensor).
     IfAttentionBias,
+    /// When this config.json key says so (Seed-OSS's `attention_out_bias`; GGUF: as above).
+    IfKey(&'static str),
 }
 
 /// Which layers use the sliding window, each family's rule in transformers (and llama.cpp).
@@ -47,6 +49,9 @@ pub struct Norms {
     pub ffn: Option<Tensor>,
     /// On the FFN's output, before the residual add.
     pub post_ffn: Option<Tensor>,
+    /// The q and k norms' names, where the model has them (`QkNorm`).
+    pub q: Tensor,
+    pub k: Tensor,
 }
 
 impl Norms {
@@ -57,18 +62,33 @@ impl Norms {
 }
 
 /// Llama's pre-norms.
-pub const PRE_NORMS: Norms =
-    Norms { attn: Some(tensor::ATTN_NORM), post_attn: None, ffn: Some(tensor::FFN_NORM), post_ffn: None };
+pub const PRE_NORMS: Norms = Norms {
+    attn: Some(tensor::ATTN_NORM),
+    post_attn: None,
+    ffn: Some(tensor::FFN_NORM),
+    post_ffn: None,
+    q: tensor::Q_NORM,
+    k: tensor::K_NORM,
+};
 /// Gemma 2/3's pre- and post-norms.
 pub const SANDWICH_NORMS: Norms = Norms {
     attn: Some(tensor::ATTN_NORM),
     post_attn: Some(tensor::POST_ATTN_NORM),
     ffn: Some(tensor::PRE_FFN_NORM),
     post_ffn: Some(tensor::POST_FFN_NORM),
+    ..PRE_NORMS
 };
 /// Norms of the outputs only (OLMo 2, EXAONE 4).
-pub const POST_NORMS: Norms =
-    Norms { attn: None, post_attn: Some(tensor::POST_ATTN_NORM), ffn: None, post_ffn: Some(tensor::POST_FFN_NORM) };
+pub const POST_NORMS: Norms = Norms {
+    attn: None,
+    post_attn: Some(tensor::POST_ATTN_NORM),
+    ffn: None,
+    post_ffn: Some(tensor::POST_FFN_NORM),
+    ..PRE_NORMS
+};
+/// GLM-4's four norms a layer.
+const GLM4_NORMS: Norms =
+    Norms { post_attn: Some(tensor::POST_SELF_ATTN_NORM), post_ffn: Some(tensor::POST_MLP_NORM), ..PRE_NORMS };
 
 /// The RMS norm of q and k, if any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -91,6 +111,7 @@ impl QkNorm {
 /// A config.json default of a family's config class, applied where the key is absent.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ConfigDefault {
+    Str(&'static str),
     Bool(bool),
     Int(u64),
     Real(f64),
@@ -165,6 +186,12 @@ pub struct Family {
     pub nope_full: bool,
     /// The FFN is gated (act(gate) * up); else act(up) (Arcee's ReLU²).
     pub gated: bool,
+    /// The activation: config.json's `hidden_act` when absent, and GGUF files' (llama.cpp's
+    /// graph fixes it per architecture).
+    pub act: &'static str,
+    /// A "dynamic" rope with an `alpha` is NTK-alpha scaling: a fixed base of theta ·
+    /// alpha^(d / (d - 2)) (HunYuan).
+    pub ntk_alpha: bool,
     /// config.json defaults of the family's config class beyond the common ones.
     pub defaults: &'static [(&'static str, ConfigDefault)],
 }
@@ -202,6 +229,8 @@ pub const LLAMA: Family = Family {
     hf_rope_pairs: false,
     nope_full: false,
     gated: true,
+    act: "silu",
+    ntk_alpha: false,
     defaults: &[],
 };
 
@@ -242,6 +271,7 @@ const GEMMA: Family = Family {
     centred_norms: true,
     mlp_bias: false,
     legacy_gelu: true,
+    act: "gelu_pytorch_tanh",
     ..LLAMA
 };
 
@@ -358,6 +388,102 @@ pub const FAMILIES: &[Family] = &[
         bias_aliases: Some(("qkv_bias", "bias")),
         ..LLAMA
     },
+    // Norms of the outputs only, and of q and k over their whole projections (AI2's OLMo 2).
+    Family {
+        name: "olmo2",
+        gguf: &["olmo2"],
+        hf: &["olmo2"],
+        mlc: None,
+        gguf_rope_pairs: false,
+        norms: POST_NORMS,
+        qk_norm: QkNorm::Whole,
+        mlp_bias: false,
+        rms_eps: 1e-5,
+        ..LLAMA
+    },
+    // Output norms, per-head q/k norms, and 3 sliding layers with rope per full one without.
+    Family {
+        name: "exaone4",
+        gguf: &["exaone4"],
+        hf: &["exaone4"],
+        mlc: None,
+        gguf_rope_pairs: false,
+        norms: POST_NORMS,
+        qk_norm: QkNorm::Head,
+        qkv_bias: Bias::Never,
+        o_bias: Bias::Never,
+        mlp_bias: false,
+        sliding: Sliding::EveryKey(4),
+        nope_full: true,
+        rms_eps: 1e-5,
+        defaults: &[("sliding_window", ConfigDefault::Int(4096))],
+        ..LLAMA
+    },
+    // Four norms a layer, half the head rotated in interleaved pairs, fused gate_up_proj.
+    Family {
+        name: "glm4",
+        gguf: &["glm4"],
+        hf: &["glm4"],
+        mlc: None,
+        hf_rope_pairs: true,
+        norms: GLM4_NORMS,
+        o_bias: Bias::Never,
+        mlp_bias: false,
+        partial_rotary: Some(0.5),
+        rms_eps: 1.5625e-7,
+        defaults: &[("attention_bias", ConfigDefault::Bool(true))],
+        ..LLAMA
+    },
+    // A Llama rotating interleaved pairs, its biases under one key (Baidu's ERNIE 4.5 dense).
+    Family {
+        name: "ernie4_5",
+        gguf: &["ernie4_5"],
+        hf: &["ernie4_5"],
+        mlc: None,
+        hf_rope_pairs: true,
+        rms_eps: 1e-5,
+        head_dim: Some(128),
+        bias_aliases: Some(("use_bias", "use_bias")),
+        defaults: &[("tie_word_embeddings", ConfigDefault::Bool(true))],
+        ..LLAMA
+    },
+    // A Llama with q/k/v biases by default and the output bias under its own key (ByteDance).
+    Family {
+        name: "seed_oss",
+        gguf: &["seed_oss"],
+        hf: &["seed_oss"],
+        mlc: None,
+        gguf_rope_pairs: false,
+        o_bias: Bias::IfKey("attention_out_bias"),
+        head_dim: Some(128),
+        defaults: &[("attention_bias", ConfigDefault::Bool(true))],
+        ..LLAMA
+    },
+    // Per-head q/k norms of the rotated q and k, NTK-alpha rope (Tencent's Hunyuan dense).
+    Family {
+        name: "hunyuan_v1_dense",
+        gguf: &["hunyuan-dense"],
+        hf: &["hunyuan_v1_dense"],
+        mlc: None,
+        gguf_rope_pairs: false,
+        norms: Norms { q: tensor::QUERY_LAYERNORM, k: tensor::KEY_LAYERNORM, ..PRE_NORMS },
+        qk_norm: QkNorm::HeadAfterRope,
+        mlp_bias: false,
+        rms_eps: 1e-5,
+        ntk_alpha: true,
+        ..LLAMA
+    },
+    // A Llama whose FFN is relu(up)^2, no gate (Arcee's AFM).
+    Family {
+        name: "arcee",
+        gguf: &["arcee"],
+        hf: &["arcee"],
+        mlc: None,
+        gated: false,
+        act: "relu2",
+        rms_eps: 1e-5,
+        ..LLAMA
+    },
     // A Llama with four scalars (IBM Granite 3.x).
     Family { name: "granite", gguf: &["granite"], hf: &["granite"], mlc: None, multipliers: true, ..LLAMA },
     // llama.cpp's `bitnet`, bitnet.cpp's `bitnet-b1.58`.
@@ -369,6 +495,7 @@ pub const FAMILIES: &[Family] = &[
         o_bias: Bias::Never,
         mlp_bias: false,
         sub_norms: true,
+        act: "relu2",
         ..LLAMA
     },
 ];
@@ -439,6 +566,12 @@ pub mod tensor {
     pub const FFN_NORM: Tensor = t("ffn_norm.weight", "post_attention_layernorm.weight");
     /// The pre-FFN norm of families with post-norms (Gemma 2/3).
     pub const PRE_FFN_NORM: Tensor = t("ffn_norm.weight", "pre_feedforward_layernorm.weight");
+    /// GLM-4's norms of the attention and MLP outputs.
+    pub const POST_SELF_ATTN_NORM: Tensor = t("post_attention_norm.weight", "post_self_attn_layernorm.weight");
+    pub const POST_MLP_NORM: Tensor = t("post_ffw_norm.weight", "post_mlp_layernorm.weight");
+    /// HunYuan's q and k norms.
+    pub const QUERY_LAYERNORM: Tensor = t("attn_q_norm.weight", "self_attn.query_layernorm.weight");
+    pub const KEY_LAYERNORM: Tensor = t("attn_k_norm.weight", "self_attn.key_layernorm.weight");
     /// Gemma 2/3's post-norms (and Qwen3.5 GGUF files' name for the pre-FFN norm).
     pub const POST_ATTN_NORM: Tensor = t("post_attention_norm.weight", "post_attention_layernorm.weight");
     pub const POST_FFN_NORM: Tensor = t("post_ffw_norm.weight", "post_feedforward_layernorm.weight");

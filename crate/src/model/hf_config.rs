@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::bounds;
-use crate::model::family::{self, Bias, Family, Sliding};
+use crate::model::family::{self, Bias, ConfigDefault, Family, Sliding};
 use serde_json::{Map, Value};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +36,8 @@ pub struct RopeParams {
     pub mscale: Option<f64>,
     pub mscale_all_dim: Option<f64>,
     pub truncate: Option<bool>,
+    /// NTK-alpha's stretch of the base (HunYuan's "dynamic" with `alpha`).
+    pub alpha: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -271,9 +273,21 @@ impl HfConfig {
         // The wrapper's and the text model's own (a null in one does not hide the other).
         quantization_method(root)?;
         text_config.map_or(Ok(()), quantization_method)?;
-        let o = Obj(&merged, "config.json");
-        let model_type = o.str("model_type")?.unwrap_or("").to_string();
+        let model_type = Obj(&merged, "config.json").str("model_type")?.unwrap_or("").to_string();
         let fam = family::by_hf(&model_type).unwrap_or(&family::OTHER);
+        // The family's config class defaults, where config.json leaves a key out.
+        for (k, d) in fam.defaults {
+            if !has_key(&merged, k) {
+                let v = match *d {
+                    ConfigDefault::Str(s) => Value::from(s),
+                    ConfigDefault::Bool(b) => Value::from(b),
+                    ConfigDefault::Int(i) => Value::from(i),
+                    ConfigDefault::Real(r) => Value::from(r),
+                };
+                merged.insert(k.to_string(), v);
+            }
+        }
+        let o = Obj(&merged, "config.json");
         let gemma = fam.gemma;
         let hidden_size = o.need("hidden_size", bounds::HIDDEN)?;
         let num_attention_heads = o.need("num_attention_heads", bounds::HEADS)?;
@@ -290,20 +304,28 @@ impl HfConfig {
             .count("max_position_embeddings", bounds::POSITIONS)?
             .map_or(if gemma { 8192 } else { 4096 }, |v| v as u64);
         let act_key = if o.get("hidden_activation").is_some() { "hidden_activation" } else { "hidden_act" };
-        let mut hidden_act = o.str(act_key)?.unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" }).to_string();
+        let mut hidden_act = o.str(act_key)?.unwrap_or(fam.act).to_string();
         if fam.legacy_gelu && hidden_act == "gelu" {
             // GemmaConfig turns the legacy "gelu" of the first releases into the tanh approximation.
             hidden_act = "gelu_pytorch_tanh".into();
         }
 
         let (mut rope, rope_local) = resolve_rope(&o, fam, max_position_embeddings)?;
+        // HunYuan's rotary class: a "dynamic" rope with a (non-zero) alpha has fixed frequencies.
+        if fam.ntk_alpha && rope.rope_type == "dynamic" && rope.alpha.is_some_and(|a| a != 0.0) {
+            rope.rope_type = "ntk_alpha".into();
+        }
         if let Some(p) = fam.partial_rotary.filter(|_| !has_key(&merged, "partial_rotary_factor")) {
             // Qwen3_5TextConfig's default.
             rope.partial_rotary_factor = p;
         }
         let (linear, linear_layers) = linear_layers(&o, fam, num_hidden_layers)?;
-        let nope_layers = nope_layers(&o, fam, num_hidden_layers)?;
+        let mut nope_layers = nope_layers(&o, fam, num_hidden_layers)?;
         let layer_types = layer_types(&o, fam, num_hidden_layers, &nope_layers)?;
+        // EXAONE 4 rotates only its sliding layers once config.json names a window.
+        if fam.nope_full && o.count("sliding_window", bounds::WINDOW)?.is_some() {
+            nope_layers = layer_types.iter().map(|k| *k == LayerKind::Full).collect();
+        }
         // transformers gives a layer marked sliding but no window (sliding_window null) full
         // attention: its sliding mask is only built from a window.
         let sliding_window = match layer_types.contains(&LayerKind::Sliding) {
@@ -344,8 +366,8 @@ impl HfConfig {
             eos_token_id: o.ids("eos_token_id")?,
             dtype: o.str("dtype")?.or(o.str("torch_dtype")?).map(String::from),
             hidden_act,
-            qkv_bias: fam.qkv_bias == Bias::Always || (attention_bias && fam.qkv_bias == Bias::IfAttentionBias),
-            o_bias: attention_bias && fam.o_bias == Bias::IfAttentionBias,
+            qkv_bias: has_bias(&o, fam.qkv_bias, attention_bias)?,
+            o_bias: has_bias(&o, fam.o_bias, attention_bias)?,
             mlp_bias: fam.mlp_bias && mlp_bias,
             qk_norm: fam.qk_norm.on(),
             fused_qkv_gate_up: fam.fused,
@@ -429,6 +451,10 @@ impl HfConfig {
                 let seq = seq_len.map_or(max, |s| (s as f64).max(max));
                 let base = r.theta * ((f * seq / max) - (f - 1.0)).powf(dim as f64 / (dim as f64 - 2.0));
                 default(base)
+            }
+            "ntk_alpha" => {
+                let alpha = need(r.alpha, "alpha")?;
+                default(r.theta * alpha.powf(dim as f64 / (dim as f64 - 2.0)))
             }
             "llama3" => {
                 let factor = need(r.factor, "factor")?;
@@ -549,6 +575,7 @@ fn rope_from(d: &Obj, top: &Obj, default_theta: f64, max_pos: u64) -> Result<Rop
         mscale: d.real("mscale", bounds::non_negative)?,
         mscale_all_dim: d.real("mscale_all_dim", bounds::non_negative)?,
         truncate: d.bool("truncate")?,
+        alpha: d.real("alpha", bounds::non_negative)?,
         rope_type,
     })
 }
@@ -579,6 +606,16 @@ fn resolve_rope(o: &Obj, fam: &Family, max_pos: u64) -> Result<(RopeParams, Opti
         return Ok((full, Some(local)));
     }
     Ok((rope_from(&Obj(scaling.or(params).unwrap_or(&empty), o.1), o, 1e4, max_pos)?, None))
+}
+
+/// Whether a projection of the family's `rule` has a bias, given config.json's `attention_bias`.
+fn has_bias(o: &Obj, rule: Bias, attention_bias: bool) -> Result<bool> {
+    Ok(match rule {
+        Bias::Never => false,
+        Bias::Always => true,
+        Bias::IfAttentionBias => attention_bias,
+        Bias::IfKey(k) => o.bool(k)?.unwrap_or(false),
+    })
 }
 
 /// Whether `key` is set at the top level or inside `rope_parameters` / `rope_scaling`.
