@@ -88,7 +88,8 @@ import gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCH_DIR = ROOT / "tests" / "fixtures" / "arch"
-FAMILIES = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "smollm3", "granite"]
+FAMILIES = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral", "smollm3", "granite", "olmo2", "exaone4",
+            "glm4", "ernie4_5", "seed_oss", "hunyuan_v1_dense", "arcee"]
 
 HF_TO_ARCH = {
     "LlamaForCausalLM": gguf.MODEL_ARCH.LLAMA,
@@ -102,6 +103,13 @@ HF_TO_ARCH = {
     "BitNetForCausalLM": gguf.MODEL_ARCH.BITNET,
     "SmolLM3ForCausalLM": gguf.MODEL_ARCH.SMOLLM3,
     "GraniteForCausalLM": gguf.MODEL_ARCH.GRANITE,
+    "Olmo2ForCausalLM": gguf.MODEL_ARCH.OLMO2,
+    "Exaone4ForCausalLM": gguf.MODEL_ARCH.EXAONE4,
+    "Glm4ForCausalLM": gguf.MODEL_ARCH.GLM4,
+    "Ernie4_5ForCausalLM": gguf.MODEL_ARCH.ERNIE4_5,
+    "SeedOssForCausalLM": gguf.MODEL_ARCH.SEED_OSS,
+    "HunYuanDenseV1ForCausalLM": gguf.MODEL_ARCH.HUNYUAN_DENSE,
+    "ArceeForCausalLM": gguf.MODEL_ARCH.ARCEE,
     # EmbeddingGemma (gemma.py EmbeddingGemma): --src tests/fixtures/embed/embeddinggemma
     "Gemma3TextModel": gguf.MODEL_ARCH.GEMMA_EMBEDDING,
 }
@@ -326,7 +334,7 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
     # SmolLM3Model and GraniteModel are LlamaModels with their own architecture names (llama.cpp
     # hard-codes SmolLM3's NoPE step and reads no sliding window for it; GraniteModel renames the
     # four multipliers to *_scale keys, each written only when set and non-zero).
-    if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.SMOLLM3, gguf.MODEL_ARCH.GRANITE):
+    if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.SMOLLM3, gguf.MODEL_ARCH.GRANITE, gguf.MODEL_ARCH.ARCEE):
         generic_params(m, hp, rp, n_layer, ftype)
         if arch == gguf.MODEL_ARCH.GRANITE:
             for hk, gk in [("attention_multiplier", K.Attention.SCALE), ("embedding_multiplier", K.LLM.EMBEDDING_SCALE),
@@ -339,8 +347,37 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
             extra.append(("rope_freqs.weight", llama3_rope_freqs(hp, rp, hf_faithful)))
         if hf_faithful and hp.get("sliding_window") is not None and arch == gguf.MODEL_ARCH.LLAMA:
             m.u32(K.Attention.SLIDING_WINDOW, hp["sliding_window"])
-    elif arch in (gguf.MODEL_ARCH.QWEN2, gguf.MODEL_ARCH.QWEN3):
+    elif arch in (gguf.MODEL_ARCH.QWEN2, gguf.MODEL_ARCH.QWEN3, gguf.MODEL_ARCH.OLMO2, gguf.MODEL_ARCH.ERNIE4_5,
+                  gguf.MODEL_ARCH.SEED_OSS):
+        # Olmo2Model, Ernie4_5Model (HF rotates pairs already: no permutation) and SeedOssModel:
+        # the generic metadata only.
         generic_params(m, hp, rp, n_layer, ftype)
+    elif arch == gguf.MODEL_ARCH.GLM4:
+        # Glm4Model: the rotated part of a head (partial_rotary_factor, default 0.5).
+        generic_params(m, hp, rp, n_layer, ftype)
+        head_dim = hp.get("head_dim") or hp["hidden_size"] // n_head
+        m.u32(K.Rope.DIMENSION_COUNT, int(head_dim * rp.get("partial_rotary_factor", 0.5)))
+    elif arch == gguf.MODEL_ARCH.EXAONE4:
+        # Exaone4Model: the window, and which layers slide as a per-layer list.
+        generic_params(m, hp, rp, n_layer, ftype)
+        m.u32(K.LLM.VOCAB_SIZE, hp["vocab_size"])
+        if hp.get("sliding_window") is not None:
+            m.u32(K.Attention.SLIDING_WINDOW, hp["sliding_window"])
+            m.a(K.Attention.SLIDING_WINDOW_PATTERN, [t == "sliding_attention" for t in hp["layer_types"]],
+                gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.BOOL)
+    elif arch == gguf.MODEL_ARCH.HUNYUAN_DENSE:
+        # HunYuanModel: NTK-alpha folded into the base; scaling none; a 256k context written for
+        # "dynamic" (its assert on the base and max_position_embeddings of the released models
+        # is not reproduced: the fixture is tiny).
+        generic_params(m, hp, rp, n_layer, ftype)
+        if rp.get("rope_type") in ("dynamic", "xdrope"):
+            alpha, base, dim = rp.get("alpha", 50), rp.get("rope_theta", 10000.0), hp["head_dim"]
+            m.f32(K.Rope.FREQ_BASE, base * (alpha ** (dim / (dim - 2))))
+            m.a(K.Rope.SCALING_TYPE, "none", gguf.GGUFValueType.STRING)
+            m.f32(K.Rope.SCALING_FACTOR, 1)
+            if rp.get("rope_type") == "dynamic":
+                m.u32(K.Rope.SCALING_ORIG_CTX_LEN, 256 * 1024)
+                m.u32(K.LLM.CONTEXT_LENGTH, 256 * 1024)
     elif arch == gguf.MODEL_ARCH.PHI3:
         n_embd = hp["hidden_size"]
         max_pos = hp["max_position_embeddings"]
@@ -447,7 +484,10 @@ def convert(family: str, out_path: Path, outtype: str, hf_faithful: bool, src: P
             continue
         if arch == gguf.MODEL_ARCH.GEMMA2 and name == "lm_head.weight" and not hf_faithful:
             continue  # Gemma2Model.filter_tensors
-        if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.BITNET, gguf.MODEL_ARCH.SMOLLM3, gguf.MODEL_ARCH.GRANITE):
+        if arch == gguf.MODEL_ARCH.HUNYUAN_DENSE and name == "lm_head.weight" and hp.get("tie_word_embeddings"):
+            continue  # HunYuanModel.modify_tensors
+        if arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.BITNET, gguf.MODEL_ARCH.SMOLLM3, gguf.MODEL_ARCH.GRANITE,
+                    gguf.MODEL_ARCH.ARCEE):
             if name.endswith(("q_proj.weight", "q_proj.bias")):
                 data = llama_permute(data, n_head, n_head)
             if name.endswith(("k_proj.weight", "k_proj.bias")):
