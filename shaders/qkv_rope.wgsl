@@ -68,8 +68,9 @@ fn main(@builtin(workgroup_id) wgid: vec3<u32>, @builtin(local_invocation_index)
         b = p.y;
     }
     if (row < QD) {
-        q[row] = a;
-        q[row + 1u] = b;
+        let s = q_temperature(pos);
+        q[row] = a * s;
+        q[row + 1u] = b * s;
         return;
     }
     var r = row - QD;

@@ -90,8 +90,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         b = p.y;
     }
     if (head < NH) {
-        qkv[i] = a;
-        qkv[i + 1u] = b;
+        let s = q_temperature(pos);
+        qkv[i] = a * s;
+        qkv[i + 1u] = b * s;
         return;
     }
     let kvh = head - NH;   // k heads 0..NKV, v heads NKV..2NKV: region-major, as the layout wants

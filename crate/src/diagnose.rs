@@ -120,6 +120,7 @@ fn config() -> ModelConfig {
         qk_norm: crate::model::family::QkNorm::None,
         norms: crate::model::family::PRE_NORMS,
         gated: true,
+        q_temperature: None,
         sliding_window: 0,
         layer_sliding: vec![false; LAYERS],
         layer_nope: vec![false; LAYERS],

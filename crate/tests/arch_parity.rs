@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Tiny random-weight folders of each family (tests/scripts/make_arch_fixtures.py); smollm3-swa
 /// is SmolLM3 with `use_sliding_window`.
-const FAMILIES: [&str; 21] = [
+const FAMILIES: [&str; 22] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -35,6 +35,7 @@ const FAMILIES: [&str; 21] = [
     "seed_oss",
     "hunyuan_v1_dense",
     "arcee",
+    "ministral3",
 ];
 
 fn dir(name: &str) -> PathBuf {

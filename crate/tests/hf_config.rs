@@ -120,7 +120,9 @@ fn fixture_weights_read_and_fit_their_configs() {
                 assert_eq!(shape(&format!("{a}.k_proj.weight")), vec![nkv * hd, h], "{name}");
                 assert_eq!(m.get(&format!("{a}.q_proj.bias")).is_some(), cfg.qkv_bias, "{name}");
             }
-            assert_eq!(m.get(&format!("{a}.q_norm.weight")).is_some(), cfg.qk_norm, "{name}");
+            // HunYuan names its q norm query_layernorm.
+            let q_norm = ["q_norm", "query_layernorm"].iter().any(|n| m.get(&format!("{a}.{n}.weight")).is_some());
+            assert_eq!(q_norm, cfg.qk_norm, "{name}");
         }
         for t in m.tensor_names() {
             assert_eq!(m.get(t).unwrap().2.dtype, want, "{name} {t}");
@@ -258,7 +260,7 @@ fn family_rules_for_biases_windows_and_wrappers() {
     let g = with(json!({"model_type": "gemma", "hidden_act": "gelu", "head_dim": 16}));
     assert_eq!((g.query_pre_attn_scalar, g.hidden_act.as_str()), (None, "gelu_pytorch_tanh"));
     let m = ModelConfig::from_hf(&g).unwrap();
-    assert!(!m.post_norms && m.norm_offset == 1.0 && m.gelu);
+    assert!(!m.norms.post() && m.norm_offset == 1.0 && m.gelu);
     assert!((m.attn_scale - 0.25).abs() < 1e-12);
     // The intermediate size is padded to the kernels' multiple of 8.
     assert_eq!(m.ffn, 104);
@@ -340,6 +342,43 @@ fn per_layer_defaults_follow_the_config_classes() {
     );
     let i = with(json!({"model_type": "internlm3", "qkv_bias": true, "bias": true}));
     assert_eq!((i.head_dim, i.qkv_bias, i.o_bias, i.mlp_bias, i.rms_norm_eps), (128, true, true, true, 1e-5));
+    // The config classes' defaults where config.json leaves keys out.
+    let e = with(json!({"model_type": "ernie4_5", "use_bias": true}));
+    assert_eq!((e.head_dim, e.tie_word_embeddings, e.qkv_bias, e.o_bias, e.mlp_bias), (128, true, true, true, true));
+    let so = with(json!({"model_type": "seed_oss"}));
+    assert_eq!((so.qkv_bias, so.o_bias, so.head_dim), (true, false, 128));
+    let so = with(json!({"model_type": "seed_oss", "attention_bias": false, "attention_out_bias": true}));
+    assert_eq!((so.qkv_bias, so.o_bias), (false, true));
+    let g = with(json!({"model_type": "glm4"}));
+    assert_eq!((g.qkv_bias, g.o_bias, g.rope.partial_rotary_factor, g.rms_norm_eps), (true, false, 0.5, 1.5625e-7));
+    // EXAONE 4: a 4096 window and three sliding layers per full one unless told otherwise; the
+    // full layers rotate only while a window is set.
+    let x = with(json!({"model_type": "exaone4"}));
+    assert_eq!((x.sliding_window, x.layer_types.clone()), (Some(4096), vec![s, s, s, f]));
+    assert_eq!(x.nope_layers, vec![false, false, false, true]);
+    let x = with(json!({"model_type": "exaone4", "sliding_window": null, "layer_types": vec!["full_attention"; 4]}));
+    assert_eq!((x.sliding_window, x.nope_layers), (None, vec![false; 4]));
+    let a = with(json!({"model_type": "arcee"}));
+    assert_eq!(a.hidden_act, "relu2");
+    let h = with(json!({"model_type": "hunyuan_v1_dense",
+                        "rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4, "alpha": 1000.0, "factor": 1.0}}));
+    assert_eq!(h.rope.rope_type, "ntk_alpha");
+    // Ministral 3: Ministral3Config's yarn default, and the query temperature it carries.
+    let m = with(json!({"model_type": "ministral3"}));
+    assert_eq!(
+        (m.rope.rope_type.as_str(), m.rope.factor, m.q_temperature, m.head_dim),
+        ("yarn", Some(16.0), Some((0.1, 16384)), 128)
+    );
+    let e = HfConfig::from_json(&with_raw(
+        &base,
+        json!({"model_type": "ministral3",
+        "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}}),
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("llama_4_scaling_beta"), "{e}");
+    let inv = h.rope_inv_freq(LayerKind::Full, Some(100_000)).unwrap();
+    let base = 1e4 * 1000f64.powf(16.0 / 14.0);
+    assert!((inv[1] - base.powf(-2.0 / 16.0)).abs() < 1e-12, "{inv:?}");
 }
 
 fn with_raw(base: &Value, extra: Value) -> String {

@@ -721,7 +721,11 @@ fn rope_and_kv_write() {
         let h = Heads { q_stride: stride, ..heads(hd, nh, nkv, ctx, ctx, 0) };
         run(&g, Caps::of(&g), [t as u32, pos0 as u32, 0], |rec| {
             let (kv, vecs, rope) = (&kvb, &vb, &rb);
-            attention::rope_kv(rec, h, attention::RopeKv { qkv: &qb, kv, vecs, rope, rot, qk_norm: None, after: false })
+            attention::rope_kv(
+                rec,
+                h,
+                attention::RopeKv { qkv: &qb, kv, vecs, rope, rot, qk_norm: None, after: false, q_temp: None },
+            )
         });
         let got = read(&g, &qb, qkv.len());
         for (tt, row) in rows.iter().enumerate() {

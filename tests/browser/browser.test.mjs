@@ -100,7 +100,9 @@ function makeHfFolders(dir) {
   copy('qwen3_5', 'qwen3_5', ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
   copy('bitnet', 'bitnet', ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
   copy('qwen3-mlx4', 'qwen3-mlx4');
-  for (const f of ['smollm3', 'granite']) copy(f, f, ['config.json', 'generation_config.json', 'model.safetensors', 'model.gguf']);
+  for (const f of ['smollm3', 'granite', 'olmo2', 'exaone4', 'glm4', 'hunyuan_v1_dense', 'arcee']) {
+    copy(f, f, ['config.json', 'generation_config.json', 'model.safetensors']);
+  }
   copy('qwen2', 'qwen2-sharded', ['config.json', 'generation_config.json']);
   shardSafetensors(path.join(ARCH, 'qwen2/model.safetensors'), path.join(dir, 'qwen2-sharded'), 2);
   // Broken: no config.json; an unknown model_type; a shard that 404s; a shard name with a path.
@@ -907,15 +909,23 @@ test('Qwen3.5 (Gated DeltaNet + gated attention), BitNet b1.58 and MLX 4-bit wei
   await page.close();
 });
 
-test('SmolLM3 (NoPE layers) and Granite (residual, attention, embedding and logit multipliers) match transformers from folders and GGUF files', async () => {
+test('the dense families\' new layer shapes (SmolLM3, Granite, OLMo 2, EXAONE 4, GLM-4, Hunyuan, Arcee) match transformers', async () => {
   // One page: its engines share the device and so the pipelines these same-shaped models have
-  // in common (Gpu::for_load), each load after the first a few seconds in Chromium.
+  // in common (Gpu::for_load). Chromium compiles each family's own pipelines (~25 s a load on
+  // SwiftShader), so this runs the folders whose forward takes a kernel variant of its own; their
+  // GGUF files and the data-only families (ERNIE 4.5, Seed-OSS) are checked natively
+  // (crate/tests/arch_parity.rs), through the same loader.
   const page = await openPage();
   for (const [family, model] of [
     ['smollm3', '/hf/smollm3/'],
-    ['smollm3', '/hf/smollm3/model.gguf'],
     ['granite', '/hf/granite/'],
-    ['granite', '/hf/granite/model.gguf'],
+    // Output-only norms and whole-projection q/k norms; NoPE full layers between sliding ones;
+    // partial interleaved rope and four norms; after-rope q/k norms; an ungated FFN.
+    ['olmo2', '/hf/olmo2/'],
+    ['exaone4', '/hf/exaone4/'],
+    ['glm4', '/hf/glm4/'],
+    ['hunyuan_v1_dense', '/hf/hunyuan_v1_dense/'],
+    ['arcee', '/hf/arcee/'],
   ]) {
     const r = ref(family);
     const a = await hfRun(page, { model, worker: false, cache: 'none' }, r);

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, ArceeConfig, Ernie4_5Config, Exaone4Config, Glm4Config,
-                          HunYuanDenseV1Config, Olmo2Config, SeedOssConfig, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
+                          HunYuanDenseV1Config, Ministral3Config, Olmo2Config, SeedOssConfig, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
                           GraniteConfig, InternLM3Config, MinistralConfig, Phi3Config, Qwen2Config, Qwen3Config,
                           SmolLM3Config)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -118,6 +118,10 @@ FAMILIES = {
     "hunyuan_v1_dense": (HunYuanDenseV1Config, dict(head_dim=16, tie_word_embeddings=False,
                                                     rope_parameters=dict(rope_type="dynamic", rope_theta=1e4,
                                                                          alpha=1000.0, factor=1.0))),
+    # Yarn and Llama 4's query temperature past an original context of 8 (of the 20-token prompt).
+    "ministral3": (Ministral3Config, dict(head_dim=16, rope_parameters=dict(
+        rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=8, beta_fast=32.0, beta_slow=1.0,
+        mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.5))),
     # relu(up)^2 without a gate, MLP biases on.
     "arcee": (ArceeConfig, dict(head_dim=16, mlp_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e4))),
     # The same with use_sliding_window (off in the released configs): the NoPE layer slides.

@@ -64,6 +64,9 @@ pub struct ModelConfig {
     pub attn_softcap: f32,
     pub final_softcap: f32,
     pub qk_norm: QkNorm,
+    /// Queries at position p times 1 + beta · ln(1 + floor(p / original)) (Llama 4's attention
+    /// temperature, Ministral 3): (beta, original).
+    pub q_temperature: Option<(f32, usize)>,
     /// Which norms a layer has (and their tensor names).
     pub norms: Norms,
     /// act(gate) * up FFN (else act(up): the [gate; up] matrix holds the up rows only).
@@ -121,7 +124,7 @@ fn gguf_sliding_layers(g: &GgufFile, arch: &str, fam: &Family, n_layers: usize) 
         }
         return Ok(flags);
     }
-    let pattern = match fam.sliding {
+    let pattern = match fam.gguf_sliding.unwrap_or(fam.sliding) {
         Sliding::Every(n) => n,
         Sliding::EveryKey(n) => count(g, &key, bounds::PATTERN)?.unwrap_or(n),
         _ => 0,
@@ -303,6 +306,7 @@ impl ModelConfig {
             attn_softcap: real(g, &k("attn_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             final_softcap: real(g, &k("final_logit_softcapping"), bounds::non_negative)?.unwrap_or(0.0) as f32,
             qk_norm: fam.qk_norm,
+            q_temperature: None,
             norms: fam.norms,
             gated: fam.gated,
             // A bidirectional file keeps the configured window W, which transformers applies as
@@ -594,6 +598,7 @@ impl ModelConfig {
             qk_norm: if h.qk_norm { fam.qk_norm } else { QkNorm::None },
             norms: fam.norms,
             gated: fam.gated,
+            q_temperature: h.q_temperature.map(|(b, o)| (b as f32, o as usize)),
             // transformers turns a bidirectional model's window W into |i - j| < W / 2 + 1
             // (Gemma3TextConfig.__post_init__); config.json keeps W.
             sliding_window: match (h.sliding_window, h.bidirectional) {

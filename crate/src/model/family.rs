@@ -112,6 +112,8 @@ impl QkNorm {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ConfigDefault {
     Str(&'static str),
+    /// A JSON value (an object: Ministral3Config's default `rope_parameters`).
+    Json(&'static str),
     Bool(bool),
     Int(u64),
     Real(f64),
@@ -151,6 +153,9 @@ pub struct Family {
     /// Longrope generations recompute the cache past the original context (Phi-3).
     pub longrope_recompute: bool,
     pub sliding: Sliding,
+    /// Which layers of a GGUF file with a window slide, where llama.cpp's rule differs from
+    /// transformers' (an OLMo 3 converted as olmo2: 3 sliding per full one).
+    pub gguf_sliding: Option<Sliding>,
     /// Sliding layers rotate with their own base (Gemma 3's local rope).
     pub local_rope: bool,
     /// GGUF files attend both ways unless `<arch>.attention.causal` says otherwise
@@ -192,6 +197,9 @@ pub struct Family {
     /// A "dynamic" rope with an `alpha` is NTK-alpha scaling: a fixed base of theta ·
     /// alpha^(d / (d - 2)) (HunYuan).
     pub ntk_alpha: bool,
+    /// Queries scaled by Llama 4's attention temperature, from `rope_parameters`'
+    /// `llama_4_scaling_beta` and `original_max_position_embeddings` (Ministral 3).
+    pub llama4_scaling: bool,
     /// config.json defaults of the family's config class beyond the common ones.
     pub defaults: &'static [(&'static str, ConfigDefault)],
 }
@@ -215,6 +223,7 @@ pub const LLAMA: Family = Family {
     fused: false,
     longrope_recompute: false,
     sliding: Sliding::Listed,
+    gguf_sliding: None,
     local_rope: false,
     gguf_bidirectional: false,
     rms_eps: 1e-6,
@@ -231,6 +240,7 @@ pub const LLAMA: Family = Family {
     gated: true,
     act: "silu",
     ntk_alpha: false,
+    llama4_scaling: false,
     defaults: &[],
 };
 
@@ -377,6 +387,28 @@ pub const FAMILIES: &[Family] = &[
         sliding: Sliding::ListedElseAll,
         ..LLAMA
     },
+    // Mistral with yarn and Llama 4's query temperature (the text model of Ministral 3).
+    Family {
+        name: "ministral3",
+        gguf: &[],
+        hf: &["ministral3"],
+        mlc: None,
+        qkv_bias: Bias::Never,
+        o_bias: Bias::Never,
+        mlp_bias: false,
+        sliding: Sliding::Everywhere,
+        rms_eps: 1e-5,
+        head_dim: Some(128),
+        llama4_scaling: true,
+        defaults: &[(
+            "rope_parameters",
+            ConfigDefault::Json(
+                r#"{"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
+                    "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1}"#,
+            ),
+        )],
+        ..LLAMA
+    },
     // Llama with InternLM's defaults and names (transformers builds it as LlamaForCausalLM).
     Family {
         name: "internlm3",
@@ -397,6 +429,7 @@ pub const FAMILIES: &[Family] = &[
         gguf_rope_pairs: false,
         norms: POST_NORMS,
         qk_norm: QkNorm::Whole,
+        gguf_sliding: Some(Sliding::Every(4)),
         mlp_bias: false,
         rms_eps: 1e-5,
         ..LLAMA

@@ -520,8 +520,9 @@ impl<'a> Model<'a> {
         } else {
             // The fused q/k/v kernel rotates row pairs as they are computed; a per-head q/k norm
             // needs the whole head first, so those models take the matvec + rope_kv route.
-            if cfg.qk_norm == QkNorm::None && !cfg.attn_gate {
-                let (norm, x_tile) = (self.attn_norm(), None);
+            // The fused kernel always normalises x (qkv_rope.wgsl).
+            if let (QkNorm::None, false, Some(norm)) = (cfg.qk_norm, cfg.attn_gate, self.attn_norm()) {
+                let (x_tile, q_temp) = (None, cfg.q_temperature);
                 let (q_dim, kv_dim, head_dim, rot, cap) =
                     (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.rope_dim, h.cap);
                 let (w, x, qkv, vecs, kv, rope, bias) =
@@ -544,6 +545,7 @@ impl<'a> Model<'a> {
                         cap,
                         x_parts,
                         x_tile,
+                        q_temp,
                     },
                 );
             } else {
@@ -675,7 +677,8 @@ impl<'a> Model<'a> {
             .then(|| (off.q_norm.unwrap_or(0), off.k_norm.unwrap_or(0), self.norm(0)));
         let after = cfg.qk_norm == QkNorm::HeadAfterRope;
         let (qkv, kv, vecs, rope, rot) = (&bf.qkv, &bf.kv[i], &lw.vecs, self.rope(i), cfg.rope_dim);
-        attention::rope_kv(r, h, attention::RopeKv { qkv, kv, vecs, rope, rot, qk_norm, after });
+        let q_temp = cfg.q_temperature;
+        attention::rope_kv(r, h, attention::RopeKv { qkv, kv, vecs, rope, rot, qk_norm, after, q_temp });
     }
 
     /// Qwen3.5's full-attention output gate (nothing for other models).

@@ -38,6 +38,8 @@ pub struct RopeParams {
     pub truncate: Option<bool>,
     /// NTK-alpha's stretch of the base (HunYuan's "dynamic" with `alpha`).
     pub alpha: Option<f64>,
+    /// Llama 4's attention temperature (Ministral 3).
+    pub llama_4_scaling_beta: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -94,6 +96,8 @@ pub struct HfConfig {
     pub attn_output_gate: bool,
     /// Layers that attend without a rotary embedding (SmolLM3's NoPE layers).
     pub nope_layers: Vec<bool>,
+    /// Queries times 1 + beta · ln(1 + floor(p / original)): (beta, original) (Ministral 3).
+    pub q_temperature: Option<(f64, u64)>,
     /// Granite's four scalars (GraniteConfig's defaults, 1, where a key is absent).
     pub multipliers: Option<Multipliers>,
 }
@@ -277,9 +281,12 @@ impl HfConfig {
         let fam = family::by_hf(&model_type).unwrap_or(&family::OTHER);
         // The family's config class defaults, where config.json leaves a key out.
         for (k, d) in fam.defaults {
-            if !has_key(&merged, k) {
+            // A null is a value here (EXAONE 4's `"sliding_window": null`: no window).
+            let inner = |r: &str| merged.get(r).and_then(Value::as_object).is_some_and(|o| o.contains_key(*k));
+            if !(merged.contains_key(*k) || inner("rope_parameters") || inner("rope_scaling")) {
                 let v = match *d {
                     ConfigDefault::Str(s) => Value::from(s),
+                    ConfigDefault::Json(j) => serde_json::from_str(j).expect("a family's default is valid JSON"),
                     ConfigDefault::Bool(b) => Value::from(b),
                     ConfigDefault::Int(i) => Value::from(i),
                     ConfigDefault::Real(r) => Value::from(r),
@@ -348,6 +355,18 @@ impl HfConfig {
                 Ok(d)
             }
         };
+        let q_temperature = match fam.llama4_scaling {
+            true => {
+                let need = |v: Option<f64>, k: &str| {
+                    v.ok_or_else(|| Error::Model(format!("config.json: {model_type} needs rope_parameters.{k}")))
+                };
+                let beta = need(rope.llama_4_scaling_beta, "llama_4_scaling_beta")?;
+                let orig =
+                    need(rope.original_max_position_embeddings.map(|v| v as f64), "original_max_position_embeddings")?;
+                Some((beta, orig as u64))
+            }
+            false => None,
+        };
         let cfg = HfConfig {
             outer_model_type,
             architectures: o.strs("architectures")?.unwrap_or_default(),
@@ -387,6 +406,7 @@ impl HfConfig {
             linear_layers,
             attn_output_gate: fam.hybrid,
             nope_layers,
+            q_temperature,
             multipliers: match fam.multipliers {
                 true => {
                     let m = |k: &str| -> Result<f64> { Ok(o.real(k, bounds::positive)?.unwrap_or(1.0)) };
@@ -512,7 +532,11 @@ impl HfConfig {
                     })
                     .collect()
             }
-            other => return Err(Error::Unsupported(format!("rope type {other:?}"))),
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "rope type {other:?} (default, linear, dynamic, llama3, longrope and yarn are implemented)"
+                )))
+            }
         })
     }
 
@@ -576,6 +600,7 @@ fn rope_from(d: &Obj, top: &Obj, default_theta: f64, max_pos: u64) -> Result<Rop
         mscale_all_dim: d.real("mscale_all_dim", bounds::non_negative)?,
         truncate: d.bool("truncate")?,
         alpha: d.real("alpha", bounds::non_negative)?,
+        llama_4_scaling_beta: d.real("llama_4_scaling_beta", bounds::non_negative)?,
         rope_type,
     })
 }

@@ -240,6 +240,13 @@ pub struct RopeKv<'a> {
     pub qk_norm: Option<(usize, usize, Norm)>,
     /// The norms apply to the rotated q and k (HunYuan).
     pub after: bool,
+    /// Llama 4's query temperature (beta, original context), `ModelConfig::q_temperature`.
+    pub q_temp: Option<(f32, usize)>,
+}
+
+/// rope.wgsl's Q_BETA and Q_ORIG where the model scales its queries.
+pub fn q_temp_consts(t: Option<(f32, usize)>) -> Vec<(&'static str, f64)> {
+    t.map_or(vec![], |(beta, orig)| vec![("Q_BETA", beta as f64), ("Q_ORIG", orig as f64)])
 }
 
 pub fn rope_kv(r: &mut Recorder, h: Heads, o: RopeKv) {
@@ -259,6 +266,7 @@ pub fn rope_kv(r: &mut Recorder, h: Heads, o: RopeKv) {
         ("FLAT", flag(o.qk_norm.is_none())),
         ("QK_NORM_AFTER", flag(o.after)),
     ];
+    let consts = [&consts[..], &q_temp_consts(o.q_temp)].concat();
     let heads = (h.heads + 2 * h.kv_heads) as u32;
     let grid = Grid::PerToken(if o.qk_norm.is_some() { heads } else { (heads * h.head_dim as u32 / 2).div_ceil(128) });
     r.push("rope+kv", Kernel::RopeKv, &consts, &[(0, o.qkv), (3, o.kv), (4, o.vecs), (6, o.rope)], grid);

@@ -166,7 +166,9 @@ pub struct QkvRope<'a> {
     pub vecs: &'a wgpu::Buffer,
     pub kv: &'a wgpu::Buffer,
     pub rope: &'a wgpu::Buffer,
-    pub norm: Option<Norm>,
+    pub norm: Norm,
+    /// Llama 4's query temperature (`attention::q_temp_consts`).
+    pub q_temp: Option<(f32, usize)>,
     pub bias: Option<usize>,
     pub q_dim: usize,
     pub kv_dim: usize,
@@ -182,7 +184,7 @@ pub struct QkvRope<'a> {
 
 pub fn qkv_rope(r: &mut Recorder, q: QkvRope) {
     let rows = q.q_dim + 2 * q.kv_dim;
-    let (w, norm, bias, x_parts, x_tile) = (q.w, q.norm, q.bias, q.x_parts, q.x_tile);
+    let (w, norm, bias, x_parts, x_tile) = (q.w, Some(q.norm), q.bias, q.x_parts, q.x_tile);
     let rd = RowDot { w, norm, bias, merge: None, x_parts, shape: None, x_tile, own_bytes: 0 };
     let (mut consts, wg, slices) = rd.consts(r, rows.div_ceil(4));
     consts.extend([
@@ -192,6 +194,7 @@ pub fn qkv_rope(r: &mut Recorder, q: QkvRope) {
         ("ROT", q.rot as f64),
         ("CAP", q.cap as f64),
     ]);
+    consts.extend(super::attention::q_temp_consts(q.q_temp));
     let bufs = [(0, &q.w.words), (1, &q.w.meta), (2, q.x), (3, q.qkv), (4, q.vecs), (6, q.kv), (7, q.rope)];
     let grid = Grid::Fixed((rows as u32).div_ceil((4 * wg / 32 / slices) as u32));
     r.push("qkv", Kernel::QkvRope, &consts, &bufs, grid);
