@@ -786,6 +786,7 @@ fn qkv_rope_fused_decode() {
             cap: ctx,
             x_parts: 0,
             x_tile: Some(64),
+            q_temp: None,
         };
         run(&g, caps(&g, idot), [1, pos0 as u32, 0], |rec| matvec::qkv_rope(rec, q));
         assert_close(&read(&g, &qb, qd), &want_q, 1e-4, 1e-4, &format!("fused q {l:?} idot={idot}"));
