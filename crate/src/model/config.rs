@@ -413,6 +413,13 @@ impl ModelConfig {
     pub fn attn_rows(&self) -> usize {
         self.q_dim() + 2 * self.kv_dim() + if self.attn_gate { self.q_dim() } else { 0 }
     }
+    /// Values of the q and k norm weights: a head's, or the whole projections' (OLMo 2).
+    pub fn qk_norm_widths(&self) -> (usize, usize) {
+        match self.qk_norm {
+            QkNorm::Whole => (self.q_dim(), self.kv_dim()),
+            _ => (self.head_dim, self.head_dim),
+        }
+    }
     /// Rows of the FFN's first matrix: [gate; up], or up alone.
     pub fn ffn_rows(&self) -> usize {
         if self.gated {

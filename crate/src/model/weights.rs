@@ -165,10 +165,7 @@ impl VecOffsets {
         let attn_norm = next(n.attn.is_some(), h);
         let ffn_norm = next(n.ffn.is_some(), h);
         let qkv_bias = next(cfg.qkv_bias, cfg.q_dim() + 2 * cfg.kv_dim());
-        let (qn, kn) = match cfg.qk_norm {
-            QkNorm::Whole => (cfg.q_dim(), cfg.kv_dim()),
-            _ => (cfg.head_dim, cfg.head_dim),
-        };
+        let (qn, kn) = cfg.qk_norm_widths();
         let q_norm = next(cfg.qk_norm.on(), qn);
         let k_norm = next(cfg.qk_norm.on(), kn);
         let post_attn_norm = next(n.post_attn.is_some(), h);
@@ -430,10 +427,7 @@ impl LayerSpec {
         for n in [&self.attn_norm, &self.ffn_norm, &self.post_attn_norm, &self.post_ffn_norm] {
             jobs.extend(n.as_ref().map(|n| (n.clone(), Shape::Vector(h))));
         }
-        let (qn, kn) = match cfg.qk_norm {
-            QkNorm::Whole => (cfg.q_dim(), cfg.kv_dim()),
-            _ => (cfg.head_dim, cfg.head_dim),
-        };
+        let (qn, kn) = cfg.qk_norm_widths();
         for (n, len) in [(self.q_norm.as_ref(), qn), (self.k_norm.as_ref(), kn)] {
             jobs.extend(n.map(|n| (n.clone(), Shape::Vector(len))));
         }
