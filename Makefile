@@ -20,6 +20,9 @@
 #                   BASE=<revision> also packs that revision's binary for an A/B)
 #   make clean      cargo clean
 
+# bash: the test recipe runs its halves side by side with pipefail.
+SHELL   := /bin/bash
+
 FERROLM_CACHE ?= $(HOME)/.cache/ferrolm
 export FERROLM_CACHE
 MODEL   ?= $(FERROLM_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -73,12 +76,27 @@ pkg:
 # files required rather than skipped.
 NATIVE_ENV = XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_MODEL="$(MODEL)" FERROLM_REQUIRE_TOKENIZERS=1 FERROLM_REQUIRE_MODELS=1 WGPU_BACKEND=vulkan
 
-# Every test binary timed (scripts/test-native.py: what `cargo test --release` runs), then the
-# browser half, then the time table against the budget (docs/testing.md).
-test: setup model tokenizers test-models
+# What one browser's run needs besides BROWSER=...: the native CLI its tokens are compared with,
+# the models, and every model required rather than skipped.
+BROWSER_ENV = XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_BIN="$(abspath $(BIN))" FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1
+
+# Every test binary timed (scripts/test-native.py: what `cargo test --release` runs) and the
+# browser package in Chromium then Firefox, then the time table against the budget
+# (docs/testing.md). The browsers run beside the native half: each keeps about one core busy
+# (SwiftShader compiling pipelines, Firefox's GPU process), which leaves the other to lavapipe.
+# Each line is prefixed with its half.
+test: setup model tokenizers test-models build pkg
 	rm -rf $(TIMES)
-	rc=0; $(NATIVE_ENV) $(PYTHON) scripts/test-native.py || rc=$$?; \
-	  [ $$rc -ne 0 ] || $(MAKE) test-browser || rc=$$?; \
+	mkdir -p $(TIMES)
+	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
+	start=$$(date +%s); rc=0; \
+	  ( set -o pipefail; rc=0; \
+	    BROWSER=chromium $(BROWSER_ENV) scripts/test-browser.sh 2>&1 | sed -u 's/^/[chromium] /' || rc=$$?; \
+	    BROWSER=firefox $(BROWSER_ENV) scripts/test-browser.sh 2>&1 | sed -u 's/^/[firefox] /' || rc=$$?; \
+	    exit $$rc ) & browsers=$$!; \
+	  ( set -o pipefail; $(NATIVE_ENV) $(PYTHON) scripts/test-native.py 2>&1 | sed -u 's/^/[native] /' ) || rc=$$?; \
+	  wait $$browsers || rc=$$?; \
+	  echo $$(( $$(date +%s) - start )) > $(TIMES)/make.wall; \
 	  $(PYTHON) scripts/test-times.py; exit $$rc
 
 # The edit-run loop (a few minutes): unit tests, shader validation, the default model's parity
@@ -95,8 +113,8 @@ test-quick: model pkg
 # lavapipe): two WebGPU implementations.
 test-browser: model test-models build pkg
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --silent
-	rc=0; BROWSER=chromium FERROLM_BIN="$(abspath $(BIN))" FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 scripts/test-browser.sh || rc=$$?; \
-	  BROWSER=firefox XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} FERROLM_BIN="$(abspath $(BIN))" FERROLM_MODEL="$(abspath $(MODEL))" FERROLM_REQUIRE_MODELS=1 scripts/test-browser.sh || rc=$$?; \
+	rc=0; BROWSER=chromium $(BROWSER_ENV) scripts/test-browser.sh || rc=$$?; \
+	  BROWSER=firefox $(BROWSER_ENV) scripts/test-browser.sh || rc=$$?; \
 	  exit $$rc
 
 # Carried to the GPU machine by the device tool: the binary (xz), pkg/, Chromium in 30 MiB parts.

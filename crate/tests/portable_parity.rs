@@ -11,5 +11,5 @@ fn browser_kernels_match_reference() {
     std::env::set_var("FERROLM_NO_SUBGROUPS", "1");
     std::env::set_var("FERROLM_NO_IDOT", "1");
     std::env::set_var("FERROLM_NO_FUSED_ATTENTION", "1");
-    common::parity::check_model_parity();
+    common::parity::check_model_parity(8);
 }

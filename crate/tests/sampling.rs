@@ -287,9 +287,10 @@ fn single_token_cuts_draw_the_argmax() {
     }
 }
 
-/// The engine on the default model (`FERROLM_MODEL`), if there is one.
+/// The engine on the default model's shape and vocabulary with 2 random layers
+/// (`common::small_smollm2`): these tests are about the sampler's plumbing, not the weights.
 fn engine() -> Option<ferrolm::engine::Engine> {
-    let src = ferrolm::weights::FileSource::open(model_path()?).unwrap();
+    let src = ferrolm::weights::FileSource::open(common::small_smollm2()?).unwrap();
     Some(ferrolm::gpu::block_on(ferrolm::engine::Engine::load(&src, &Default::default(), &mut |_, _, _| {})).unwrap())
 }
 

@@ -1,6 +1,7 @@
 //! Whole-model parity with the reference (transformers, fp32, on the dequantized GGUF):
 //! top-10 logits of the last prompt position within 0.1, and greedy tokens equal for the first
-//! 16 steps (or up to the reference's stop token). Fixtures: tests/fixtures/smollm2/fixtures.json
+//! `steps` steps (or up to the reference's stop token): `FULL_STEPS` on the adapter's fastest
+//! kernels, fewer where a run checks one path again (each step is a decode of the whole model). Fixtures: tests/fixtures/smollm2/fixtures.json
 //! (the default model) and tests/fixtures/gemma3-q4km/fixtures.json (a real K-quant mix), made by
 //! tests/scripts/make_model_fixtures.py. Run by model_parity.rs (the adapter's fastest kernels)
 //! and portable_parity.rs (the kernels browsers run).
@@ -13,7 +14,8 @@ use serde_json::Value;
 pub const SMOLLM2: &str = include_str!("../../../tests/fixtures/smollm2/fixtures.json");
 pub const GEMMA3_Q4KM: &str = include_str!("../../../tests/fixtures/gemma3-q4km/fixtures.json");
 const LOGIT_TOL: f32 = 0.1;
-const GREEDY_STEPS: usize = 16;
+/// Greedy steps compared where parity is the claim (model_parity.rs).
+pub const FULL_STEPS: usize = 16;
 
 /// The real Gemma 3 270M Q4_K_M file (`scripts/fetch-test-models.sh`), if present; with
 /// FERROLM_REQUIRE_MODELS=1 (as `make test` sets) its absence fails the test.
@@ -40,16 +42,17 @@ fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-/// Every fixture case of the default model (a no-op without the model file).
-pub fn check_model_parity() {
+/// Every fixture case of the default model, `steps` greedy steps each (a no-op without the
+/// model file).
+pub fn check_model_parity(steps: usize) {
     if let Some(path) = super::model_path() {
-        check_parity(path, SMOLLM2);
+        check_parity(path, SMOLLM2, steps);
     }
 }
 
 /// Every case of `fixtures`: prefill logits and greedy decoding of the model at `path` against
 /// the reference.
-pub fn check_parity(path: std::path::PathBuf, fixtures: &str) {
+pub fn check_parity(path: std::path::PathBuf, fixtures: &str, steps: usize) {
     let mut engine = load(path);
     eprintln!("adapter: {:?}", engine.rt.gpu.summary);
     let fx: Value = serde_json::from_str(fixtures).unwrap();
@@ -58,7 +61,7 @@ pub fn check_parity(path: std::path::PathBuf, fixtures: &str) {
         let name = case["name"].as_str().unwrap();
         let prompt = ids(&case["prompt_ids"]);
         let want = ids(&case["greedy"]);
-        let n = want.len().min(GREEDY_STEPS);
+        let n = want.len().min(steps);
         // One prefill a case gives both checks: the prompt's logits, then greedy steps from its
         // cache (not reused from the case before: each case's prefill runs whole).
         let opts = GenerateOptions { max_tokens: n, prefix_cache: false, ..Default::default() };
