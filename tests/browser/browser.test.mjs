@@ -121,11 +121,6 @@ let server;
 let browser;
 let page;
 let tmp;
-// The default model's shape and vocabulary (tokenizer, chat template) on 2 random layers, as
-// `ferrolm make-gguf` writes it: for plumbing whose claims do not depend on the weights (the
-// chat API's bookkeeping), at a fraction of a SmolLM2 token. Written in before().
-const SMALL_NAME = 'smollm2-2layer.gguf';
-let small;
 const t0 = Date.now();
 const log = (...a) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s]`, ...a);
 
@@ -143,9 +138,6 @@ before(async () => {
   fs.copyFileSync(path.join(tmp, 'truncated.gguf'), path.join(tmp, 'truncated-noext'));
   const hfDir = path.join(tmp, 'hf');
   makeHfFolders(hfDir);
-  fs.mkdirSync(path.join(tmp, 'small'));
-  small = path.join(tmp, 'small', SMALL_NAME);
-  execFileSync(BIN, ['make-gguf', '--shape', 'smollm2-135m', '--type', 'q8_0', '--layers', '2', '--seed', '7', '--tokenizer-from', MODEL, '--out', small], { stdio: 'ignore' });
   const modelDir = path.dirname(MODEL);
   server = await startServer({
     mounts: {
@@ -164,7 +156,6 @@ before(async () => {
       '/m/sha': modelDir,
       '/m/quota': modelDir,
       '/m/flaky': modelDir,
-      '/m/small': path.join(tmp, 'small'),
       '/m/integrity': path.join(ARCH, 'llama'),
       '/m/norange': path.join(ARCH, 'llama'),
       '/m/norange-cached': path.join(ARCH, 'llama'),
@@ -541,11 +532,10 @@ test('engine.benchmark runs `ferrolm bench` in the module (worker and page); the
 test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs native, stop strings, break after the role chunk', PLUMBING, async () => {
   const sq = CASE.short_question;
   const env = { ...process.env, WGPU_BACKEND: 'vulkan', FERROLM_NO_IDOT: '1', FERROLM_NO_SUBGROUPS: '1', FERROLM_NO_FUSED_ATTENTION: '1', XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
-  const out = execFileSync(BIN, ['generate', '--model', small, '--prompt-ids', sq.prompt_ids.join(','), '--max-tokens', '1', '--top-logits', '5', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  const out = execFileSync(BIN, ['generate', '--model', MODEL, '--prompt-ids', sq.prompt_ids.join(','), '--max-tokens', '1', '--top-logits', '5', '--json'], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
   const nativeTop = JSON.parse(out.trim().split('\n').at(-1)).top_logits;
-  // The bookkeeping is the claim: the small model (SmolLM2's vocabulary and template) in a worker.
-  const r = await inPage(page, async ({ sq, url }) => {
-    const e = await ferrolm.createEngine({ model: url, worker: true, cache: 'none' });
+  const r = await inPage(page, async ({ sq }) => {
+    const e = window.workerEngine;
     const v = {};
     const turn1 = [{ role: 'user', content: 'Name a colour.' }];
     const a1 = await e.chat.completions.create({ messages: turn1, max_tokens: 3, temperature: 0 });
@@ -582,9 +572,8 @@ test('chat API: prefix reuse, JSON schema, a tool-call round trip, logprobs vs n
     const t = performance.now();
     const next = await e.chat.completions.create({ messages: ask, max_tokens: 1 });
     v.afterBreak = { ms: performance.now() - t, finish: next.choices[0].finish_reason };
-    await e.unload();
     return v;
-  }, { sq, url: `/m/small/${SMALL_NAME}` });
+  }, { sq });
   assert.ok(r.ok, r.message);
   const v = r.value;
   log('chat api:', JSON.stringify(v));
