@@ -121,33 +121,28 @@ impl Drop for SynthModel {
 
 /// The default model's shape and real vocabulary (its tokenizer and chat template, from
 /// `FERROLM_MODEL`) with 2 random Q8_0 layers: what a test of the engine's plumbing (sampling,
-/// stops, the chat API, constraints) needs, at a quarter of a SmolLM2 token's cost. Parity with
-/// the reference keeps the real weights (`parity.rs`). Written once per run into cargo's
-/// temporary folder and shared by the test binaries; `None` without the model.
+/// constraints, request checks) needs, at a quarter of a SmolLM2 token's cost. Parity with the
+/// reference keeps the real weights (`parity.rs`). Written (in 0.4 s) once per test binary into
+/// cargo's temporary folder, under the binary's name: never stale, never raced, never piling up;
+/// `None` without the model.
 pub fn small_smollm2() -> Option<std::path::PathBuf> {
     use ferrolm::weights::gguf::GgufFile;
     use ferrolm::weights::FileSource;
     static PATH: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         let model = model_path()?;
-        let len = std::fs::metadata(&model).ok()?.len();
-        // Keyed by the model file's length, so another default model writes its own copy.
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let path = dir.join(format!("smollm2-2layer-{len}.gguf"));
-        if !path.exists() {
-            let opts = ferrolm::synth::SynthOptions {
-                shape: ferrolm::synth::shape("smollm2-135m").unwrap(),
-                ty: ferrolm::synth::parse_type("q8_0").unwrap(),
-                seed: 7,
-                layers: Some(2),
-                sparse: false,
-            };
-            let tok = GgufFile::read(&FileSource::open(&model).unwrap()).unwrap();
-            // Another test binary may be writing it too: each writes its own file, then renames.
-            let tmp = dir.join(format!("smollm2-2layer-{len}.{}.tmp", std::process::id()));
-            ferrolm::synth::write(&opts, &tok, &tmp, &mut |_| {}).unwrap();
-            std::fs::rename(&tmp, &path).unwrap();
-        }
+        let exe = std::env::current_exe().ok()?;
+        let name = exe.file_stem()?.to_string_lossy().into_owned();
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("smollm2-2layer-{name}.gguf"));
+        let opts = ferrolm::synth::SynthOptions {
+            shape: ferrolm::synth::shape("smollm2-135m").unwrap(),
+            ty: ferrolm::synth::parse_type("q8_0").unwrap(),
+            seed: 7,
+            layers: Some(2),
+            sparse: false,
+        };
+        let tok = GgufFile::read(&FileSource::open(&model).unwrap()).unwrap();
+        ferrolm::synth::write(&opts, &tok, &path, &mut |_| {}).unwrap();
         Some(path)
     })
     .clone()
