@@ -7,8 +7,8 @@ under target/test-times/.
   scripts/test-times.py [--budget-min 30] [--total-s SECONDS] [--brief]
 
 --total-s: the wall time to hold against the budget (`.ci/run` passes its own, set-up
-included); without it `make test`'s (target/test-times/make.wall), else the sum of the halves'. --brief: only the ten slowest and the
-total.
+included); without it `make test`'s (target/test-times/make.wall, its halves ran side by side),
+else the sum of the halves'. --brief: only the ten slowest and the total.
 """
 
 import argparse
@@ -68,9 +68,13 @@ def main():
     print("\nthe ten slowest tests:")
     for s, where, t in sorted(slow, reverse=True)[:10]:
         print(f"  {s:8.1f}s  {where:<9} {t[:110]}")
-    # `make test` runs halves side by side and writes its own wall time; a lone half, the sum.
     made = DIR / "make.wall"
-    total = a.total_s if a.total_s is not None else float(made.read_text()) if made.exists() else sum(w for _, w in halves)
+    if a.total_s is not None:
+        total = a.total_s
+    elif made.exists():
+        total = float(made.read_text())
+    else:
+        total = sum(w for _, w in halves)
     budget = a.budget_min * 60
     parts = ", ".join(f"{w:.0f}s {what}" for what, w in halves)
     print(f"\nsuite time: {total:.0f}s of a {budget:.0f}s budget ({parts})")

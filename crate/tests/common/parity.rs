@@ -1,10 +1,11 @@
 //! Whole-model parity with the reference (transformers, fp32, on the dequantized GGUF):
 //! top-10 logits of the last prompt position within 0.1, and greedy tokens equal for the first
 //! `steps` steps (or up to the reference's stop token): `FULL_STEPS` on the adapter's fastest
-//! kernels, fewer where a run checks one path again (each step is a decode of the whole model). Fixtures: tests/fixtures/smollm2/fixtures.json
-//! (the default model) and tests/fixtures/gemma3-q4km/fixtures.json (a real K-quant mix), made by
-//! tests/scripts/make_model_fixtures.py. Run by model_parity.rs (the adapter's fastest kernels)
-//! and portable_parity.rs (the kernels browsers run).
+//! kernels, fewer where a run checks one path again (each step is a decode of the whole model).
+//! Fixtures: tests/fixtures/smollm2/fixtures.json (the default model) and
+//! tests/fixtures/gemma3-q4km/fixtures.json (a real K-quant mix), made by
+//! tests/scripts/make_model_fixtures.py. Run by model_parity.rs (the adapter's fastest kernels),
+//! portable_parity.rs (the kernels browsers run) and i8_prefill_parity.rs (8-bit prefill).
 
 use ferrolm::engine::{Engine, GenerateOptions};
 use ferrolm::gpu::block_on;
